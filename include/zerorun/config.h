@@ -1,0 +1,100 @@
+// DeepSpeed-format JSON config -> typed structs. Parsing checks keys and
+// types (unknown keys are errors with a suggestion, known-but-unimplemented
+// DeepSpeed keys are warnings); resolve() applies DeepSpeed's batch rule and
+// zerorun's "auto" rules once the world size and model are known.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace zerorun {
+
+struct OptimizerConfig {
+  std::string type = "AdamW";  // Adam, AdamW, SGD
+  bool given = false;
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  bool adam_w_mode = true, bias_correction = true;
+  double momentum = 0.0, dampening = 0.0;
+  bool nesterov = false;
+};
+
+struct SchedulerConfig {
+  std::string type;  // empty = constant lr
+  nlohmann::json params = nlohmann::json::object();
+};
+
+struct LossScaleConfig {
+  double loss_scale = 0.0;  // 0 = dynamic
+  int initial_scale_power = 16;
+  int loss_scale_window = 1000;
+  int hysteresis = 2;
+  bool consecutive_hysteresis = false;
+  double min_loss_scale = 1.0;
+};
+
+struct OffloadConfig {
+  std::string device = "none";  // none | cpu
+  bool pin_memory = false;
+};
+
+struct ZeroConfig {
+  int stage = 0;
+  OffloadConfig offload_optimizer, offload_param;
+  bool overlap_comm = false, contiguous_gradients = true, reduce_scatter = true;
+  std::optional<int64_t> reduce_bucket_size, allgather_bucket_size, stage3_prefetch_bucket_size,
+      stage3_param_persistence_threshold;  // nullopt = "auto"
+  int64_t stage3_max_live_parameters = 1000000000, stage3_max_reuse_distance = 1000000000;
+  int64_t sub_group_size = 1000000000;
+  bool stage3_gather_16bit_weights_on_model_save = false;
+};
+
+struct TrainConfig {
+  int64_t steps = 0;  // 0: not set
+  std::string data;   // llm.c shards / .npy (glob or comma list), or "synthetic"
+  std::string save_dir;
+  int64_t save_interval = 0, eval_interval = 0;
+  uint64_t seed = 1234;
+  std::string log_dir;
+  int64_t seq_len = 0;  // 0: the model's default
+};
+
+enum class Precision { FP32, BF16, FP16 };
+const char* precision_name(Precision p);
+
+struct Config {
+  std::string source;  // file path for messages
+  nlohmann::json raw;
+  std::optional<int64_t> train_batch_size, micro_batch, grad_accum;  // as given
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  std::string fp16_enabled = "false", bf16_enabled = "false";  // "true" | "false" | "auto"
+  LossScaleConfig loss_scale;
+  double gradient_clipping = 0.0;
+  int64_t steps_per_print = 10;
+  bool wall_clock_breakdown = false;
+  bool activation_checkpointing = false;
+  ZeroConfig zero;
+  TrainConfig train;
+  std::vector<std::string> warnings;
+
+  // Filled by resolve():
+  int64_t batch = 0, micro = 0, gas = 0;
+  int world_size = 1;
+  Precision precision = Precision::FP32;
+};
+
+Config parse_config(const nlohmann::json& j, const std::string& source);
+Config load_config(const std::string& path);
+
+struct ResolveContext {
+  int world_size = 1;
+  int64_t hidden = 0;      // model width for bucket "auto" values (0 if unknown)
+  bool on_gpu = false;     // bf16/fp16 "auto" -> bf16 on GPUs, fp32 on CPU
+  bool gpu_has_bf16 = true;
+};
+// DeepSpeed's batch rule + "auto" values. Throws with DeepSpeed's message.
+void resolve_config(Config& c, const ResolveContext& ctx);
+
+}  // namespace zerorun

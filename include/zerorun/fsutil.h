@@ -1,0 +1,35 @@
+// Crash-safe file writing: data goes to "<path>.tmp.<pid>", is fsynced and
+// renamed over <path>, so a reader never sees a half-written file and a
+// failed write never destroys the previous one.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace zerorun {
+
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path);
+  ~AtomicFile();  // removes the temp file unless committed
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+  void write(const void* data, size_t n);
+  void commit();  // fsync + rename + fsync of the directory
+  uint64_t crc32() const { return crc_ ^ 0xffffffffu; }  // of everything written
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+  uint32_t crc_ = 0xffffffffu;
+};
+
+void write_file_atomic(const std::string& path, const std::string& content);
+std::string read_file(const std::string& path);
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc starts at 0xffffffff
+uint32_t file_crc32(const std::string& path);
+void make_dirs(const std::string& path);
+bool path_exists(const std::string& path);
+
+}  // namespace zerorun

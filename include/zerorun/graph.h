@@ -1,0 +1,131 @@
+// Autograd-lite: a static graph of nodes in execution order, grouped into
+// blocks. Forward runs nodes in order; backward runs them in reverse,
+// accumulating parameter gradients, and fires hooks at block boundaries
+// (ZeRO uses them; the graph itself knows nothing about ZeRO).
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "zerorun/tensor.h"
+
+namespace zerorun {
+
+using json = nlohmann::json;
+
+struct InputSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<std::string> dims;  // each a number or a symbol ("B", "T")
+};
+
+struct Node {
+  std::string op;
+  std::string block;
+  std::vector<std::string> in, out;
+  std::map<std::string, std::string> params;  // role -> tensor name
+  json attrs = json::object();
+};
+
+struct ValueInfo {
+  Shape shape;
+  DType dtype = DType::F32;
+};
+
+// What an op sees when it runs. Inputs/params are read-only; backward
+// accumulates (+=) into din / dparams entries that are defined.
+struct NodeCtx {
+  const Node* node = nullptr;
+  std::vector<Tensor> in, out;
+  std::map<std::string, Tensor> params;
+  std::vector<Tensor>* saved = nullptr;  // what forward keeps for backward
+  std::vector<Tensor> din, dout;
+  std::map<std::string, Tensor> dparams;
+  const Tensor& param(const std::string& role) const;
+  Tensor dparam(const std::string& role) const;  // undefined if no grad wanted
+};
+
+class Op {
+ public:
+  virtual ~Op() = default;
+  // Roles this op takes; `optional` roles may be absent.
+  virtual std::vector<std::string> required_params() const { return {}; }
+  virtual std::vector<std::string> optional_params() const { return {}; }
+  // Validates inputs, params and attrs; returns the output shapes/dtypes.
+  virtual std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
+                                       const std::map<std::string, Shape>& params) const = 0;
+  virtual void forward(NodeCtx& c) const = 0;
+  virtual void backward(NodeCtx& c) const = 0;
+  // True for ops whose output is the scalar loss.
+  virtual bool is_loss() const { return false; }
+};
+
+const Op& op_lookup(const std::string& name);  // throws with the list of known ops
+std::vector<std::string> op_names();
+
+class Graph {
+ public:
+  std::vector<InputSpec> inputs;
+  std::vector<std::string> blocks;
+  std::vector<Node> nodes;
+  std::string loss;
+  json meta = json::object();  // "arch", "arch_config" (for merge's config.json)
+
+  static Graph from_json(const json& j);  // structural checks only
+  json to_json() const;
+  // Full validation against parameter shapes with symbols bound to
+  // `symbols` (e.g. B=2, T=8): ops, roles, shapes, block order, loss.
+  std::map<std::string, ValueInfo> validate(const std::map<std::string, Shape>& param_shapes,
+                                            const std::map<std::string, int64_t>& symbols) const;
+  // Parameter names in first-use order (deterministic layout for ZeRO).
+  std::vector<std::string> param_order() const;
+  // Index of the first / one-past-last node of each block.
+  std::vector<std::pair<size_t, size_t>> block_ranges() const;
+  Shape input_shape(const InputSpec& in, const std::map<std::string, int64_t>& symbols) const;
+};
+
+struct ExecHooks {
+  std::function<void(size_t block)> before_block_forward;
+  std::function<void(size_t block)> after_block_forward;
+  std::function<void(size_t block)> before_block_backward;
+  std::function<void(size_t block)> after_block_backward;  // "block grads ready"
+};
+
+// Runs a graph over parameter tensors the caller owns.
+class Executor {
+ public:
+  Executor(const Graph& g, std::map<std::string, Tensor> params, std::map<std::string, Tensor> grads);
+  // Replace parameter / gradient tensors (ZeRO-3 swaps gathered views in).
+  void set_param(const std::string& name, const Tensor& t) { params_[name] = t; }
+  void set_grad(const std::string& name, const Tensor& t) { grads_[name] = t; }
+  // Forward over named inputs; returns the loss.
+  double forward(const std::map<std::string, Tensor>& inputs);
+  // Backward from d(loss) = loss_grad; parameter grads are accumulated.
+  void backward(float loss_grad);
+  // Drops saved activations (after backward, or to abandon a forward).
+  void release();
+  ExecHooks hooks;
+  // Activation checkpointing: blocks listed here keep only their inputs
+  // during forward and recompute in backward.
+  std::vector<bool> checkpoint_block;
+
+ private:
+  void run_node_forward(size_t i);
+  const Graph& g_;
+  std::map<std::string, Tensor> params_, grads_;
+  std::map<std::string, size_t> value_id_;
+  std::vector<std::vector<size_t>> node_in_, node_out_;
+  std::vector<Tensor> values_, value_grads_;
+  std::vector<std::vector<Tensor>> saved_;
+  std::vector<const Op*> ops_;
+  std::vector<std::pair<size_t, size_t>> block_ranges_;
+  std::vector<size_t> node_block_;
+  std::vector<int> last_use_;  // node index of a value's last forward consumer
+  size_t loss_id_ = 0;
+  bool have_forward_ = false;
+};
+
+}  // namespace zerorun

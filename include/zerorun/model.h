@@ -1,0 +1,43 @@
+// model.bin: a safetensors file whose metadata carries the graph JSON.
+// Loading validates the container and the graph against the tensors;
+// builders create fresh models for the known architectures.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "zerorun/graph.h"
+
+namespace zerorun {
+
+struct Model {
+  Graph graph;
+  std::vector<std::string> tensor_names;   // in graph first-use order
+  std::map<std::string, Tensor> tensors;   // f32 copies
+  std::map<std::string, int64_t> symbols;  // default bindings of input symbols (e.g. T)
+  std::string graph_hash;                  // crc32 of the canonical graph JSON, hex
+  int64_t num_params() const;
+  std::map<std::string, Shape> param_shapes() const;
+};
+
+Model load_model(const std::string& path);
+void save_model(const std::string& path, const Model& m);
+// Fills symbols/graph_hash/tensor_names from graph+tensors and validates.
+void finalize_model(Model& m);
+
+struct MlpSpec {
+  int64_t in = 512, hidden = 1024, out = 512, layers = 1;  // hidden layers
+  std::string act = "relu";
+};
+struct Gpt2Spec {
+  int64_t vocab = 50257, n_ctx = 1024, n_embd = 768, n_layer = 12, n_head = 12;
+  bool tied = true;
+};
+struct LlamaSpec {
+  int64_t vocab = 32000, n_ctx = 2048, n_embd = 512, n_layer = 8, n_head = 8, ffn = 1376;
+};
+Model build_mlp(const MlpSpec& s, uint64_t seed);
+Model build_gpt2(const Gpt2Spec& s, uint64_t seed);
+Model build_llama(const LlamaSpec& s, uint64_t seed);
+
+}  // namespace zerorun

@@ -1,0 +1,70 @@
+// Optimizers over a flat f32 range (the rank's shard under ZeRO), LR
+// schedulers with DeepSpeed's formulas, and DeepSpeed's dynamic loss scaler.
+#pragma once
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "zerorun/config.h"
+#include "zerorun/tensor.h"
+
+namespace zerorun {
+
+class Optimizer {
+ public:
+  Optimizer(const OptimizerConfig& cfg, int64_t n);
+  // One update of p[0..n) from g; `lr` and `beta1` come from the scheduler.
+  void step(float* p, const float* g, double lr, double beta1);
+  int64_t steps() const { return steps_; }
+  void set_steps(int64_t s) { steps_ = s; }
+  // State tensors by name ("exp_avg", "exp_avg_sq" / "momentum_buffer").
+  std::vector<std::pair<std::string, Tensor>> state() const;
+  const OptimizerConfig& config() const { return cfg_; }
+
+ private:
+  OptimizerConfig cfg_;
+  int64_t n_;
+  int64_t steps_ = 0;
+  Tensor m_, v_;
+};
+
+struct LrMom {
+  double lr;
+  std::optional<double> beta1;  // OneCycle cycles momentum (Adam beta1 / SGD momentum)
+};
+
+// DeepSpeed scheduler semantics: value used for the optimizer step with
+// index `it` (0-based; DeepSpeed's last_batch_iteration after its step()).
+class LrSchedule {
+ public:
+  LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64_t total_steps);
+  LrMom at(int64_t it) const;
+  std::string type() const { return type_; }
+
+ private:
+  std::string type_;
+  double base_lr_, base_beta1_;
+  nlohmann::json p_;
+  double get(const char* k, double def) const;
+};
+
+class LossScaler {
+ public:
+  // fp16 with loss_scale 0 = dynamic; otherwise static (or 1 when disabled).
+  LossScaler(const LossScaleConfig& c, bool enabled);
+  double scale() const { return scale_; }
+  bool dynamic() const { return dynamic_; }
+  // Records one step's outcome (overflow -> step skipped). Throws at min scale.
+  void update(bool overflow);
+  nlohmann::json state() const;
+  void load_state(const nlohmann::json& j);
+
+ private:
+  bool dynamic_ = false;
+  double scale_ = 1.0, min_scale_ = 1.0;
+  int window_ = 1000, delayed_shift_ = 2, cur_hysteresis_ = 2;
+  bool consecutive_ = false;
+  int64_t cur_iter_ = 0, last_overflow_iter_ = -1;
+};
+
+}  // namespace zerorun

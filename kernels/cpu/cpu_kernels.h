@@ -1,0 +1,74 @@
+// CPU kernels: raw pointers + sizes, no tensors, no allocation. Backward
+// kernels ACCUMULATE into their gradient outputs (dx += ...), so a value used
+// twice (a residual) sums its gradients and micro-batches accumulate.
+// Loops that sum over rows are parallelised over columns so results do not
+// depend on the thread count.
+#pragma once
+#include <cstdint>
+
+namespace zerorun::kernels::cpu {
+
+// C[M,N] = alpha * op(A) * op(B) + beta * C, row-major (OpenBLAS sgemm).
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          const float* B, float beta, float* C);
+
+// y = x W^T + b ; x [N, IN], W [OUT, IN], b [OUT] or null.
+void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out);
+// dx += dy W ; dw += dy^T x ; db += sum_rows dy. Any of dx/dw/db may be null.
+void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
+                int64_t in, int64_t out);
+
+// y[i] = a[i] + b[i % nb]
+void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb);
+void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb);
+void mul_fwd(const float* a, const float* b, float* y, int64_t n);
+void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n);
+
+enum class Act { Gelu, Relu, Silu };
+void act_fwd(Act act, const float* x, float* y, int64_t n);
+void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n);
+
+// LayerNorm over rows of x [N, C]; mean/rstd [N] saved for backward.
+void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
+                   int64_t C, float eps);
+void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, float* dx,
+                   float* dw, float* db, int64_t N, int64_t C);
+void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps);
+void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int64_t N,
+                 int64_t C);
+
+// Causal multi-head self-attention from packed qkv [B, T, 3C] to out [B, T, C];
+// probs [B, H, T, T] (the softmax) is saved for backward.
+void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H);
+void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
+                   int64_t C, int64_t H);
+
+// out[n, :] = table[ids[n], :]  (ids already range-checked).
+void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C);
+void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V);
+// Positional: out[b, t, :] = table[t, :]
+void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C);
+void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C);
+
+// Mean softmax cross-entropy over N rows of logits [N, V]; returns the loss.
+double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V);
+// dlogits += dloss * (softmax(logits) - onehot(target)) / N
+void cross_entropy_bwd(const float* logits, const int32_t* targets, float dloss, float* dlogits, int64_t N,
+                       int64_t V);
+double mse_fwd(const float* pred, const float* target, int64_t n);
+void mse_bwd(const float* pred, const float* target, float dloss, float* dpred, int64_t n);
+
+// One Adam/AdamW step over a flat range. adamw=true: decoupled decay
+// (p -= lr*(m_hat/(sqrt(v_hat)+eps) + wd*p)); false: L2 (g += wd*p).
+void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+               float wd, bool adamw, bool bias_correction, int64_t step);
+// SGD with torch.optim.SGD semantics; `buf` is the momentum buffer.
+void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
+              bool nesterov, bool first_step);
+
+// Helpers over flat f32 arrays.
+void scale_inplace(float* x, float s, int64_t n);
+double sum_squares(const float* x, int64_t n);  // f64 accumulation, fixed order
+bool all_finite(const float* x, int64_t n);
+
+}  // namespace zerorun::kernels::cpu

@@ -1,0 +1,114 @@
+// Elementwise CPU kernels: residual add (with suffix broadcast), mul, activations.
+#include <cmath>
+
+#include "cpu_kernels.h"
+
+namespace zerorun::kernels::cpu {
+
+void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i % nb];
+}
+
+void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb) {
+  if (da) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) da[i] += dy[i];
+  }
+  if (db) {
+    if (nb == n) {
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) db[i] += dy[i];
+    } else {
+      int64_t rows = n / nb;
+#pragma omp parallel for schedule(static)
+      for (int64_t j = 0; j < nb; ++j) {
+        float s = 0.f;
+        for (int64_t r = 0; r < rows; ++r) s += dy[r * nb + j];
+        db[j] += s;
+      }
+    }
+  }
+}
+
+void mul_fwd(const float* a, const float* b, float* y, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
+
+void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    if (da) da[i] += dy[i] * b[i];
+    if (db) db[i] += dy[i] * a[i];
+  }
+}
+
+namespace {
+constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
+}
+
+void act_fwd(Act act, const float* x, float* y, int64_t n) {
+  switch (act) {
+    case Act::Gelu:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        float v = x[i];
+        y[i] = 0.5f * v * (1.f + std::tanh(kGeluC * (v + 0.044715f * v * v * v)));
+      }
+      break;
+    case Act::Relu:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+      break;
+    case Act::Silu:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] / (1.f + std::exp(-x[i]));
+      break;
+  }
+}
+
+void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n) {
+  switch (act) {
+    case Act::Gelu:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        float v = x[i];
+        float u = kGeluC * (v + 0.044715f * v * v * v);
+        float t = std::tanh(u);
+        float du = kGeluC * (1.f + 3.f * 0.044715f * v * v);
+        dx[i] += dy[i] * (0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * du);
+      }
+      break;
+    case Act::Relu:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) dx[i] += x[i] > 0.f ? dy[i] : 0.f;
+      break;
+    case Act::Silu:
+#pragma omp parallel for schedule(static)
+      for (int64_t i = 0; i < n; ++i) {
+        float s = 1.f / (1.f + std::exp(-x[i]));
+        dx[i] += dy[i] * s * (1.f + x[i] * (1.f - s));
+      }
+      break;
+  }
+}
+
+void scale_inplace(float* x, float s, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) x[i] *= s;
+}
+
+double sum_squares(const float* x, int64_t n) {
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return s;
+}
+
+bool all_finite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+}  // namespace zerorun::kernels::cpu

@@ -1,0 +1,168 @@
+// The `zerorun` command: launch (default), train, init, report, estimate.
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "zerorun/build_info.h"
+#include "zerorun/config.h"
+#include "zerorun/error.h"
+#include "zerorun/model.h"
+#include "zerorun/trainer.h"
+
+using namespace zerorun;
+
+namespace {
+
+void add_train_options(CLI::App* app, TrainOptions& o) {
+  app->add_option("model", o.model_path, "model.bin to train")->required();
+  app->add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
+  app->add_option("--steps", o.steps, "number of optimizer steps (overrides train.steps)");
+  app->add_option("--data", o.data, "token shards (glob / comma list) or 'synthetic'");
+  app->add_option("--save_dir", o.save_dir, "checkpoint directory");
+  app->add_option("--log_dir", o.log_dir, "write metrics.jsonl here");
+  app->add_option("--seed", o.seed, "data seed (overrides train.seed)");
+  app->add_option("--micro_batch_size", o.micro_batch,
+                  "micro batch per rank (sets train_micro_batch_size_per_gpu)");
+  app->add_option("--seq_len", o.seq_len, "sequence length for token models");
+  app->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, const MlpSpec& mlp, const Gpt2Spec& gpt,
+             const LlamaSpec& llama) {
+  Model m;
+  if (arch == "mlp")
+    m = build_mlp(mlp, seed);
+  else if (arch == "gpt2")
+    m = build_gpt2(gpt, seed);
+  else if (arch == "llama")
+    m = build_llama(llama, seed);
+  else
+    ZR_FAIL("--arch must be mlp, gpt2 or llama, got '", arch, "'");
+  save_model(out, m);
+  std::printf("wrote %s: %s, %lld parameters in %zu tensors, graph %s\n", out.c_str(), arch.c_str(),
+              static_cast<long long>(m.num_params()), m.tensors.size(), m.graph_hash.c_str());
+  return 0;
+}
+
+int cmd_estimate(const std::string& model_path, int world, const std::string& precision) {
+  Model m = load_model(model_path);
+  const double P = static_cast<double>(m.num_params());
+  const bool mixed = precision != "fp32";
+  ZR_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", "--precision must be fp32, bf16 or fp16");
+  ZR_CHECK(world >= 1, "--num_gpus must be >= 1");
+  // Bytes per parameter (DeepSpeed's model-state accounting).
+  const double pb = mixed ? 2 : 4, gb = mixed ? 2 : 4, ob = mixed ? 12 : 8;
+  std::printf("%s: %.0f parameters, %s, %d rank(s); model states per rank (activations not included)\n",
+              model_path.c_str(), P, precision.c_str(), world);
+  std::printf("%-8s %12s %12s %12s %12s   %s\n", "stage", "params", "grads", "optimizer", "total", "offload_optimizer");
+  for (int st = 0; st <= 3; ++st) {
+    double p = P * pb / (st >= 3 ? world : 1), g = P * gb / (st >= 2 ? world : 1), o = P * ob / (st >= 1 ? world : 1);
+    std::printf("ZeRO-%-3d %10.1fMiB %10.1fMiB %10.1fMiB %10.1fMiB   device %.1fMiB + host %.1fMiB\n", st,
+                p / 1048576, g / 1048576, o / 1048576, (p + g + o) / 1048576, (p + g) / 1048576, o / 1048576);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spdlog::set_pattern("[zerorun] %v");
+  CLI::App app{"zerorun: native ZeRO training runtime (DeepSpeed-format configs)"};
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", std::string(ZERORUN_VERSION));
+
+  // Default: launch.
+  TrainOptions launch;
+  int num_gpus = 1;
+  std::string device = "cpu";
+  app.add_option("model", launch.model_path, "model.bin to train");
+  app.add_option("--config", launch.config_path, "DeepSpeed JSON config");
+  app.add_option("--num_gpus", num_gpus, "ranks to start (one per GPU, or CPU slots with --device cpu)");
+  app.add_option("--steps", launch.steps, "number of optimizer steps");
+  app.add_option("--data", launch.data, "token shards or 'synthetic'");
+  app.add_option("--save_dir", launch.save_dir, "checkpoint directory");
+  app.add_option("--log_dir", launch.log_dir, "write metrics.jsonl here");
+  app.add_option("--seed", launch.seed, "data seed");
+  app.add_option("--micro_batch_size", launch.micro_batch, "micro batch per rank");
+  app.add_option("--seq_len", launch.seq_len, "sequence length");
+  app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+
+  TrainOptions train;
+  auto* train_cmd = app.add_subcommand("train", "train on one rank (what the launcher starts per rank)");
+  add_train_options(train_cmd, train);
+
+  std::string arch, out = "model.bin";
+  uint64_t seed = 1;
+  MlpSpec mlp;
+  Gpt2Spec gpt;
+  LlamaSpec llama;
+  bool untied = false;
+  auto* init_cmd = app.add_subcommand("init", "write a model.bin with fresh weights");
+  init_cmd->add_option("--arch", arch, "mlp | gpt2 | llama")->required();
+  init_cmd->add_option("-o,--out", out, "output path");
+  init_cmd->add_option("--seed", seed, "init seed");
+  init_cmd->add_option("--in", mlp.in, "mlp: input width");
+  init_cmd->add_option("--hidden", mlp.hidden, "mlp: hidden width");
+  init_cmd->add_option("--out_features", mlp.out, "mlp: output width");
+  init_cmd->add_option("--layers", mlp.layers, "mlp: hidden layers");
+  init_cmd->add_option("--act", mlp.act, "mlp: relu | gelu | silu");
+  init_cmd->add_option("--vocab", gpt.vocab, "gpt2/llama: vocabulary size");
+  init_cmd->add_option("--n_ctx", gpt.n_ctx, "gpt2/llama: context length");
+  init_cmd->add_option("--n_embd", gpt.n_embd, "gpt2/llama: width");
+  init_cmd->add_option("--n_layer", gpt.n_layer, "gpt2/llama: layers");
+  init_cmd->add_option("--n_head", gpt.n_head, "gpt2/llama: heads");
+  init_cmd->add_option("--ffn", llama.ffn, "llama: MLP width");
+  init_cmd->add_flag("--untied", untied, "gpt2: separate lm_head weight");
+
+  std::string est_model, est_precision = "bf16";
+  int est_world = 1;
+  auto* est_cmd = app.add_subcommand("estimate", "model-state memory per rank for each ZeRO stage");
+  est_cmd->add_option("model", est_model, "model.bin")->required();
+  est_cmd->add_option("--num_gpus", est_world, "ranks");
+  est_cmd->add_option("--precision", est_precision, "fp32 | bf16 | fp16");
+
+  auto* report_cmd = app.add_subcommand("report", "build features, library versions, GPUs seen");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (*train_cmd) {
+      auto comm = make_self_comm();
+      return run_training(train, *comm);
+    }
+    if (*init_cmd) {
+      llama.vocab = gpt.vocab;
+      llama.n_ctx = gpt.n_ctx;
+      llama.n_embd = gpt.n_embd;
+      llama.n_layer = gpt.n_layer;
+      llama.n_head = gpt.n_head;
+      gpt.tied = !untied;
+      return cmd_init(arch, out, seed, mlp, gpt, llama);
+    }
+    if (*est_cmd) return cmd_estimate(est_model, est_world, est_precision);
+    if (*report_cmd) {
+      std::fputs(build_report().c_str(), stdout);
+      return 0;
+    }
+    if (launch.model_path.empty() || launch.config_path.empty()) {
+      std::cerr << app.help() << "\nzerorun: error: give a model.bin and --config (or a subcommand)\n";
+      return 2;
+    }
+    ZR_CHECK(num_gpus >= 1, "--num_gpus must be >= 1, got ", num_gpus);
+    ZR_CHECK(num_gpus == 1, "--num_gpus ", num_gpus, ": multi-rank launch is not implemented yet");
+    launch.device = device;
+    auto comm = make_self_comm();
+    return run_training(launch, *comm);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "zerorun: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "zerorun: internal error: %s\n", e.what());
+    return 3;
+  }
+}

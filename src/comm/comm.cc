@@ -1,0 +1,61 @@
+// The Communicator funnel (argument checks, sequence numbers) and the
+// world-size-1 implementation.
+#include "zerorun/comm.h"
+
+#include <cstring>
+
+#include "zerorun/error.h"
+
+namespace zerorun {
+
+void Communicator::check(const char* op, int64_t count, const void* a, const void* b) {
+  ++seq_;
+  ZR_CHECK(count >= 0, op, " #", seq_, ": negative element count ", count);
+  ZR_CHECK(count == 0 || (a && b), op, " #", seq_, ": null buffer");
+}
+
+void Communicator::all_reduce(void* buf, int64_t count, DType dt, ReduceOp op) {
+  check("all_reduce", count, buf, buf);
+  if (count) do_all_reduce(buf, count, dt, op);
+}
+void Communicator::reduce_scatter(const void* send, void* recv, int64_t count, DType dt) {
+  check("reduce_scatter", count, send, recv);
+  if (count) do_reduce_scatter(send, recv, count, dt);
+}
+void Communicator::all_gather(const void* send, void* recv, int64_t count, DType dt) {
+  check("all_gather", count, send, recv);
+  if (count) do_all_gather(send, recv, count, dt);
+}
+void Communicator::broadcast(void* buf, int64_t count, DType dt, int root) {
+  check("broadcast", count, buf, buf);
+  ZR_CHECK(root >= 0 && root < size(), "broadcast #", seq_, ": root ", root, " outside world of ", size());
+  if (count) do_broadcast(buf, count, dt, root);
+}
+void Communicator::barrier() {
+  ++seq_;
+  do_barrier();
+}
+
+namespace {
+class SelfComm : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "self"; }
+
+ protected:
+  void do_all_reduce(void*, int64_t, DType, ReduceOp) override {}
+  void do_reduce_scatter(const void* s, void* r, int64_t n, DType dt) override {
+    if (s != r) std::memmove(r, s, static_cast<size_t>(n) * dtype_size(dt));
+  }
+  void do_all_gather(const void* s, void* r, int64_t n, DType dt) override {
+    if (s != r) std::memmove(r, s, static_cast<size_t>(n) * dtype_size(dt));
+  }
+  void do_broadcast(void*, int64_t, DType, int) override {}
+  void do_barrier() override {}
+};
+}  // namespace
+
+std::unique_ptr<Communicator> make_self_comm() { return std::make_unique<SelfComm>(); }
+
+}  // namespace zerorun

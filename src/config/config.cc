@@ -1,0 +1,377 @@
+// DeepSpeed config parsing: key tables per block, typed reads with the key
+// path in every message, DeepSpeed's batch-size rule and "auto" resolution.
+#include "zerorun/config.h"
+
+#include <cmath>
+#include <set>
+
+#include "zerorun/error.h"
+#include "zerorun/strict_json.h"
+
+namespace zerorun {
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::FP32: return "fp32";
+    case Precision::BF16: return "bf16";
+    case Precision::FP16: return "fp16";
+  }
+  return "?";
+}
+
+namespace {
+using json = nlohmann::json;
+
+class Reader {
+ public:
+  Reader(const json& j, std::string path, Config& c) : j_(j), path_(std::move(path)), c_(c) {
+    ZR_CHECK(j.is_object(), c.source, ": '", path_.empty() ? "<top level>" : path_, "' must be a JSON object");
+  }
+  // Declares keys: `impl` are understood; `known` are DeepSpeed keys zerorun ignores (warning).
+  void keys(const std::vector<std::string>& impl, const std::vector<std::string>& known = {}) {
+    std::vector<std::string> all = impl;
+    all.insert(all.end(), known.begin(), known.end());
+    for (auto& [k, v] : j_.items()) {
+      if (std::find(impl.begin(), impl.end(), k) != impl.end()) continue;
+      if (std::find(known.begin(), known.end(), k) != known.end()) {
+        c_.warnings.push_back("config key '" + key(k) + "' is a DeepSpeed option zerorun does not implement; ignored");
+        continue;
+      }
+      std::string s = did_you_mean(k, all);
+      ZR_FAIL(c_.source, ": unknown key '", key(k), "'", s.empty() ? "" : " (did you mean '" + key(s) + "'?)");
+    }
+  }
+  bool has(const std::string& k) const { return j_.contains(k); }
+  bool is_auto(const std::string& k) const { return has(k) && j_[k].is_string() && j_[k] == "auto"; }
+  std::string key(const std::string& k) const { return path_.empty() ? k : path_ + "." + k; }
+  [[noreturn]] void bad(const std::string& k, const std::string& want) const {
+    ZR_FAIL(c_.source, ": '", key(k), "' must be ", want, ", got ", j_[k].dump());
+  }
+  double num(const std::string& k, double def) const {
+    if (!has(k)) return def;
+    if (!j_[k].is_number()) bad(k, "a number");
+    return j_[k].get<double>();
+  }
+  int64_t integer(const std::string& k, int64_t def) const {
+    if (!has(k)) return def;
+    if (!j_[k].is_number()) bad(k, "an integer");
+    double d = j_[k].get<double>();
+    if (std::floor(d) != d || std::fabs(d) > 9.2e18) bad(k, "an integer");
+    return static_cast<int64_t>(d);
+  }
+  std::optional<int64_t> int_or_auto(const std::string& k, std::optional<int64_t> def) const {
+    if (!has(k)) return def;
+    if (is_auto(k)) return std::nullopt;
+    return integer(k, 0);
+  }
+  bool boolean(const std::string& k, bool def) const {
+    if (!has(k)) return def;
+    if (!j_[k].is_boolean()) bad(k, "true or false");
+    return j_[k].get<bool>();
+  }
+  std::string bool_or_auto(const std::string& k, const std::string& def) const {
+    if (!has(k)) return def;
+    if (is_auto(k)) return "auto";
+    return boolean(k, false) ? "true" : "false";
+  }
+  std::string str(const std::string& k, const std::string& def) const {
+    if (!has(k)) return def;
+    if (!j_[k].is_string()) bad(k, "a string");
+    return j_[k].get<std::string>();
+  }
+  Reader sub(const std::string& k) const { return Reader(j_[k], key(k), c_); }
+  const json& at(const std::string& k) const { return j_[k]; }
+
+ private:
+  const json& j_;
+  std::string path_;
+  Config& c_;
+};
+
+
+void parse_optimizer(Reader r, Config& c) {
+  r.keys({"type", "params"}, {"legacy_fusion"});
+  OptimizerConfig& o = c.optimizer;
+  o.given = true;
+  std::string t = r.str("type", "");
+  std::string lower;
+  for (char ch : t) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower == "adam")
+    o.type = "Adam";
+  else if (lower == "adamw")
+    o.type = "AdamW";
+  else if (lower == "sgd")
+    o.type = "SGD";
+  else
+    ZR_FAIL(c.source, ": 'optimizer.type' \"", t, "\" is not supported (zerorun implements Adam, AdamW, SGD)");
+  if (!r.has("params")) return;
+  Reader p = r.sub("params");
+  if (o.type == "SGD") {
+    p.keys({"lr", "momentum", "dampening", "weight_decay", "nesterov"}, {"maximize", "foreach", "differentiable"});
+    o.momentum = p.num("momentum", 0.0);
+    o.dampening = p.num("dampening", 0.0);
+    o.nesterov = p.boolean("nesterov", false);
+  } else {
+    p.keys({"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "torch_adam"},
+           {"amsgrad", "fused", "foreach", "capturable", "set_grad_none"});
+    if (p.has("betas") && !p.is_auto("betas")) {
+      const json& b = p.at("betas");
+      ZR_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(), c.source,
+               ": 'optimizer.params.betas' must be [beta1, beta2], got ", b.dump());
+      o.beta1 = b[0].get<double>();
+      o.beta2 = b[1].get<double>();
+      ZR_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, c.source,
+               ": 'optimizer.params.betas' must lie in [0, 1)");
+    }
+    if (!p.is_auto("eps")) o.eps = p.num("eps", o.eps);
+    o.adam_w_mode = o.type == "AdamW" ? true : p.boolean("adam_w_mode", true);
+    o.bias_correction = p.boolean("bias_correction", true);
+    if (p.has("amsgrad") && p.at("amsgrad") == true)
+      ZR_FAIL(c.source, ": 'optimizer.params.amsgrad' true is not supported");
+  }
+  if (!p.is_auto("lr")) o.lr = p.num("lr", o.lr);
+  if (!p.is_auto("weight_decay")) o.weight_decay = p.num("weight_decay", o.weight_decay);
+  ZR_CHECK(o.lr >= 0, c.source, ": 'optimizer.params.lr' must be >= 0");
+}
+
+void parse_scheduler(Reader r, Config& c) {
+  r.keys({"type", "params"});
+  c.scheduler.type = r.str("type", "");
+  static const std::map<std::string, std::vector<std::string>> kParams = {
+      {"WarmupLR", {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration"}},
+      {"WarmupDecayLR",
+       {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "total_num_steps",
+        "last_batch_iteration"}},
+      {"WarmupCosineLR",
+       {"total_num_steps", "warmup_min_ratio", "warmup_num_steps", "cos_min_ratio", "warmup_type",
+        "last_batch_iteration"}},
+      {"OneCycle",
+       {"cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size", "cycle_second_step_size",
+        "cycle_first_stair_count", "cycle_second_stair_count", "decay_step_size", "cycle_momentum",
+        "cycle_min_mom", "cycle_max_mom", "decay_mom_rate", "last_batch_iteration"}},
+      {"LRRangeTest",
+       {"lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate", "lr_range_test_staircase",
+        "last_batch_iteration"}},
+  };
+  auto it = kParams.find(c.scheduler.type);
+  if (it == kParams.end()) {
+    std::vector<std::string> names;
+    for (auto& [k, v] : kParams) names.push_back(k);
+    std::string s = did_you_mean(c.scheduler.type, names);
+    ZR_FAIL(c.source, ": 'scheduler.type' \"", c.scheduler.type, "\" is not one of WarmupLR, WarmupDecayLR, ",
+            "WarmupCosineLR, OneCycle, LRRangeTest", s.empty() ? "" : " (did you mean \"" + s + "\"?)");
+  }
+  if (r.has("params")) {
+    Reader p = r.sub("params");
+    p.keys(it->second);
+    for (auto& [k, v] : r.at("params").items()) {
+      if (k == "warmup_type") {
+        ZR_CHECK(v == "log" || v == "linear", c.source, ": 'scheduler.params.warmup_type' must be \"log\" or ",
+                 "\"linear\", got ", v.dump());
+      } else if (k == "lr_range_test_staircase" || k == "cycle_momentum") {
+        ZR_CHECK(v.is_boolean(), c.source, ": 'scheduler.params.", k, "' must be true or false");
+      } else {
+        ZR_CHECK(v.is_number() || v == "auto", c.source, ": 'scheduler.params.", k, "' must be a number, got ",
+                 v.dump());
+      }
+    }
+    c.scheduler.params = r.at("params");
+  }
+}
+
+void parse_loss_scale(Reader r, Config& c) {
+  r.keys({"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
+          "consecutive_hysteresis", "min_loss_scale"},
+         {"auto_cast", "fp16_master_weights_and_grads", "loss_scale_type"});
+  c.fp16_enabled = r.bool_or_auto("enabled", "false");
+  LossScaleConfig& l = c.loss_scale;
+  l.loss_scale = r.num("loss_scale", 0.0);
+  l.initial_scale_power = static_cast<int>(r.integer("initial_scale_power", 16));
+  l.loss_scale_window = static_cast<int>(r.integer("loss_scale_window", 1000));
+  l.hysteresis = static_cast<int>(r.integer("hysteresis", 2));
+  l.consecutive_hysteresis = r.boolean("consecutive_hysteresis", false);
+  l.min_loss_scale = r.num("min_loss_scale", 1.0);
+  ZR_CHECK(l.loss_scale >= 0, c.source, ": 'fp16.loss_scale' must be >= 0 (0 = dynamic)");
+  ZR_CHECK(l.initial_scale_power >= 0 && l.initial_scale_power < 64, c.source,
+           ": 'fp16.initial_scale_power' must be in [0, 63]");
+  ZR_CHECK(l.loss_scale_window > 0, c.source, ": 'fp16.loss_scale_window' must be positive");
+  ZR_CHECK(l.hysteresis >= 1, c.source, ": 'fp16.hysteresis' must be >= 1");
+  ZR_CHECK(l.min_loss_scale > 0, c.source, ": 'fp16.min_loss_scale' must be positive");
+}
+
+OffloadConfig parse_offload(Reader r, const Config& c, bool param) {
+  if (param)
+    r.keys({"device", "pin_memory"}, {"buffer_count", "buffer_size", "max_in_cpu", "nvme_path"});
+  else
+    r.keys({"device", "pin_memory"}, {"buffer_count", "fast_init", "pipeline_read", "pipeline_write", "pipeline",
+                                      "nvme_path", "ratio"});
+  OffloadConfig o;
+  o.device = r.str("device", "none");
+  ZR_CHECK(o.device == "none" || o.device == "cpu", c.source, ": '", r.key("device"), "' \"", o.device,
+           "\" is not supported (zerorun offloads to \"cpu\" or \"none\"; NVMe offload is not implemented)");
+  o.pin_memory = r.boolean("pin_memory", false);
+  return o;
+}
+
+void parse_zero(Reader r, Config& c) {
+  r.keys({"stage", "offload_optimizer", "offload_param", "overlap_comm", "contiguous_gradients", "reduce_scatter",
+          "reduce_bucket_size", "allgather_partitions", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+          "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+          "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save", "sub_group_size",
+          "round_robin_gradients", "elastic_checkpoint", "ignore_unused_parameters"},
+         {"load_from_fp32_weights", "cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory",
+          "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
+          "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
+          "pipeline_loading_checkpoint", "override_module_apply", "stage3_model_persistence_threshold",
+          "legacy_stage1", "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings"});
+  ZeroConfig& z = c.zero;
+  int64_t st = r.integer("stage", 0);
+  ZR_CHECK(st >= 0 && st <= 3, c.source, ": 'zero_optimization.stage' must be 0, 1, 2 or 3, got ", st);
+  z.stage = static_cast<int>(st);
+  if (r.has("offload_optimizer")) z.offload_optimizer = parse_offload(r.sub("offload_optimizer"), c, false);
+  if (r.has("offload_param")) z.offload_param = parse_offload(r.sub("offload_param"), c, true);
+  ZR_CHECK(z.offload_param.device == "none" || z.stage == 3, c.source,
+           ": 'zero_optimization.offload_param' needs stage 3 (stage is ", z.stage, ")");
+  z.overlap_comm = r.boolean("overlap_comm", z.stage == 3);
+  z.contiguous_gradients = r.boolean("contiguous_gradients", true);
+  z.reduce_scatter = r.boolean("reduce_scatter", true);
+  r.boolean("allgather_partitions", true);
+  r.boolean("round_robin_gradients", false);
+  r.boolean("elastic_checkpoint", false);
+  r.boolean("ignore_unused_parameters", true);
+  const int64_t kDefBucket = 500000000;
+  z.reduce_bucket_size = r.int_or_auto("reduce_bucket_size", kDefBucket);
+  z.allgather_bucket_size = r.int_or_auto("allgather_bucket_size", kDefBucket);
+  z.stage3_prefetch_bucket_size = r.int_or_auto("stage3_prefetch_bucket_size", 50000000);
+  z.stage3_param_persistence_threshold = r.int_or_auto("stage3_param_persistence_threshold", 100000);
+  z.stage3_max_live_parameters = r.integer("stage3_max_live_parameters", z.stage3_max_live_parameters);
+  z.stage3_max_reuse_distance = r.integer("stage3_max_reuse_distance", z.stage3_max_reuse_distance);
+  z.sub_group_size = r.integer("sub_group_size", z.sub_group_size);
+  z.stage3_gather_16bit_weights_on_model_save = r.boolean(
+      "stage3_gather_16bit_weights_on_model_save", r.boolean("stage3_gather_fp16_weights_on_model_save", false));
+  for (auto* k : {"reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size"}) {
+    std::optional<int64_t> v = r.int_or_auto(k, 1);
+    ZR_CHECK(!v || *v > 0, c.source, ": 'zero_optimization.", k, "' must be positive");
+  }
+}
+
+void parse_train(Reader r, Config& c) {
+  r.keys({"steps", "data", "save_dir", "save_interval", "eval_interval", "seed", "log_dir", "seq_len"});
+  TrainConfig& t = c.train;
+  t.steps = r.integer("steps", 0);
+  t.data = r.str("data", "");
+  t.save_dir = r.str("save_dir", "");
+  t.save_interval = r.integer("save_interval", 0);
+  t.eval_interval = r.integer("eval_interval", 0);
+  t.seed = static_cast<uint64_t>(r.integer("seed", 1234));
+  t.log_dir = r.str("log_dir", "");
+  t.seq_len = r.integer("seq_len", 0);
+  ZR_CHECK(t.steps >= 0 && t.save_interval >= 0 && t.eval_interval >= 0 && t.seq_len >= 0, c.source,
+           ": 'train' values must be non-negative");
+}
+
+}  // namespace
+
+Config parse_config(const json& j, const std::string& source) {
+  Config c;
+  c.source = source;
+  c.raw = j;
+  Reader r(j, "", c);
+  r.keys({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
+          "scheduler", "fp16", "bf16", "zero_optimization", "gradient_clipping", "steps_per_print",
+          "wall_clock_breakdown", "activation_checkpointing", "train", "zero_allow_untested_optimizer",
+          "prescale_gradients", "gradient_predivide_factor"},
+         {"amp", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "autotuning",
+          "elasticity", "compression_training", "data_efficiency", "curriculum_learning", "sparse_attention",
+          "pipeline", "communication_data_type", "dump_state", "memory_breakdown", "zero_force_ds_cpu_optimizer",
+          "checkpoint", "aio", "disable_allgather", "sparse_gradients", "data_types", "seq_parallel_communication_data_type",
+          "torch_autocast", "graph_harvesting", "use_data_before_expert_parallelism", "timers", "nebula",
+          "weight_quantization", "hybrid_engine", "eigenvalue", "progressive_layer_drop", "quantize_training"});
+  auto batch_key = [&](const char* k) -> std::optional<int64_t> {
+    if (!r.has(k) || r.is_auto(k)) return std::nullopt;
+    int64_t v = r.integer(k, 0);
+    ZR_CHECK(v > 0, source, ": '", k, "' must be a positive integer, got ", v);
+    return v;
+  };
+  c.train_batch_size = batch_key("train_batch_size");
+  c.micro_batch = batch_key("train_micro_batch_size_per_gpu");
+  c.grad_accum = batch_key("gradient_accumulation_steps");
+  if (r.has("optimizer")) parse_optimizer(r.sub("optimizer"), c);
+  if (r.has("scheduler")) parse_scheduler(r.sub("scheduler"), c);
+  if (r.has("fp16")) parse_loss_scale(r.sub("fp16"), c);
+  if (r.has("bf16")) {
+    Reader b = r.sub("bf16");
+    b.keys({"enabled"}, {"immediate_grad_update", "check_grad_overflow"});
+    c.bf16_enabled = b.bool_or_auto("enabled", "false");
+  }
+  if (c.fp16_enabled == "true" && c.bf16_enabled == "true")
+    ZR_FAIL(source, ": 'fp16.enabled' and 'bf16.enabled' cannot both be true");
+  if (r.has("zero_optimization")) parse_zero(r.sub("zero_optimization"), c);
+  if (!r.is_auto("gradient_clipping")) c.gradient_clipping = r.num("gradient_clipping", 0.0);
+  ZR_CHECK(c.gradient_clipping >= 0, source, ": 'gradient_clipping' must be >= 0");
+  c.steps_per_print = r.integer("steps_per_print", 10);
+  ZR_CHECK(c.steps_per_print > 0, source, ": 'steps_per_print' must be positive");
+  c.wall_clock_breakdown = r.boolean("wall_clock_breakdown", false);
+  r.boolean("zero_allow_untested_optimizer", false);
+  r.boolean("prescale_gradients", false);
+  r.num("gradient_predivide_factor", 1.0);
+  if (r.has("activation_checkpointing")) {
+    Reader a = r.sub("activation_checkpointing");
+    a.keys({"enabled"}, {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
+                         "number_checkpoints", "synchronize_checkpoint_boundary", "profile"});
+    c.activation_checkpointing = a.boolean("enabled", true);
+  }
+  if (r.has("train")) parse_train(r.sub("train"), c);
+  return c;
+}
+
+Config load_config(const std::string& path) { return parse_config(load_json_file_strict(path), path); }
+
+void resolve_config(Config& c, const ResolveContext& ctx) {
+  const int64_t W = ctx.world_size;
+  ZR_CHECK(W >= 1, "world size must be >= 1");
+  c.world_size = ctx.world_size;
+  auto tb = c.train_batch_size, mb = c.micro_batch, ga = c.grad_accum;
+  // DeepSpeed's _set_batch_related_parameters.
+  if (tb && mb && ga) {
+  } else if (tb && mb) {
+    ga = *tb / *mb / W;
+  } else if (tb && ga) {
+    mb = *tb / W / *ga;
+  } else if (mb && ga) {
+    tb = *mb * *ga * W;
+  } else if (tb) {
+    ga = 1;
+    mb = *tb / W;
+  } else if (mb) {
+    ga = 1;
+    tb = *mb * W;
+  } else {
+    ZR_FAIL(c.source, ": either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+  }
+  ZR_CHECK(*tb > 0 && *mb > 0 && *ga > 0 && *tb == *mb * *ga * W, c.source,
+           ": Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+           "gradient_acc_step * world_size ",
+           *tb, " != ", *mb, " * ", *ga, " * ", W);
+  c.batch = *tb;
+  c.micro = *mb;
+  c.gas = *ga;
+  // Precision: "auto" -> bf16 on GPUs that have it, fp32 on CPU.
+  auto pick = [&](const std::string& v) { return v == "true" || (v == "auto" && ctx.on_gpu); };
+  if (pick(c.bf16_enabled) && (c.bf16_enabled == "true" || ctx.gpu_has_bf16))
+    c.precision = Precision::BF16;
+  else if (pick(c.fp16_enabled))
+    c.precision = Precision::FP16;
+  else
+    c.precision = Precision::FP32;
+  // Bucket "auto" values from the hidden size (as the HF integration does).
+  const int64_t h2 = ctx.hidden * ctx.hidden;
+  ZeroConfig& z = c.zero;
+  if (!z.reduce_bucket_size) z.reduce_bucket_size = std::max<int64_t>(h2, 1);
+  if (!z.allgather_bucket_size) z.allgather_bucket_size = std::max<int64_t>(h2, 1);
+  if (!z.stage3_prefetch_bucket_size)
+    z.stage3_prefetch_bucket_size = std::max<int64_t>(static_cast<int64_t>(0.9 * static_cast<double>(h2)), 1);
+  if (!z.stage3_param_persistence_threshold) z.stage3_param_persistence_threshold = 10 * ctx.hidden;
+}
+
+}  // namespace zerorun

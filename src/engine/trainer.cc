@@ -1,0 +1,95 @@
+// The per-rank training driver behind `zerorun train`.
+#include "zerorun/trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "zerorun/engine.h"
+#include "zerorun/fsutil.h"
+
+namespace zerorun {
+
+namespace {
+int64_t model_hidden(const Model& m) {
+  const json& ac = m.graph.meta.value("arch_config", json::object());
+  for (auto* k : {"n_embd", "hidden_size", "hidden"})
+    if (ac.contains(k) && ac[k].is_number_integer()) return ac[k].get<int64_t>();
+  int64_t h = 0;
+  for (auto& [n, t] : m.tensors)
+    if (t.ndim() == 2) h = std::max(h, std::min(t.dim(0), t.dim(1)));
+  return h;
+}
+}  // namespace
+
+int run_training(const TrainOptions& o, Communicator& comm) {
+  Config cfg = load_config(o.config_path);
+  if (o.steps) cfg.train.steps = *o.steps;
+  if (o.data) cfg.train.data = *o.data;
+  if (o.save_dir) cfg.train.save_dir = *o.save_dir;
+  if (o.log_dir) cfg.train.log_dir = *o.log_dir;
+  if (o.seed) cfg.train.seed = *o.seed;
+  if (o.seq_len) cfg.train.seq_len = *o.seq_len;
+  if (o.micro_batch) cfg.micro_batch = *o.micro_batch;
+  ZR_CHECK(cfg.train.steps > 0, "no number of steps: pass --steps N or set \"train\": {\"steps\": N} in ",
+           o.config_path);
+  ZR_CHECK(o.device == "cpu", "--device ", o.device, ": this build trains on CPU only so far");
+  Model model = load_model(o.model_path);
+  ResolveContext rc;
+  rc.world_size = comm.size();
+  rc.hidden = model_hidden(model);
+  rc.on_gpu = false;
+  resolve_config(cfg, rc);
+  const bool lead = comm.rank() == 0;
+  if (lead) {
+    for (auto& w : cfg.warnings) spdlog::warn("{}", w);
+    if (!cfg.optimizer.given) spdlog::info("no optimizer in {}: using AdamW lr={}", o.config_path, cfg.optimizer.lr);
+    if (cfg.fp16_enabled != "false" || cfg.bf16_enabled != "false")
+      spdlog::info("precision: {} (fp16.enabled={}, bf16.enabled={}; on CPU, 16-bit weights are emulated in f32)",
+                   precision_name(cfg.precision), cfg.fp16_enabled, cfg.bf16_enabled);
+  }
+  Engine engine(model, cfg, comm, cfg.train.steps);
+  auto data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed);
+  if (lead) {
+    spdlog::info("model {}: {} parameters, graph {} ({} blocks)", o.model_path, model.num_params(), model.graph_hash,
+                 model.graph.blocks.size());
+    spdlog::info("world {} | ZeRO stage {} | batch {} = micro {} x gas {} x world {} | {} | optimizer {} lr {}",
+                 comm.size(), cfg.zero.stage, cfg.batch, cfg.micro, cfg.gas, comm.size(),
+                 precision_name(cfg.precision), cfg.optimizer.type, cfg.optimizer.lr);
+    spdlog::info("data: {}", data->describe());
+    spdlog::info("{}", engine.memory_report());
+  }
+  std::ofstream metrics;
+  if (lead && !cfg.train.log_dir.empty()) {
+    make_dirs(cfg.train.log_dir);
+    std::string p = cfg.train.log_dir + "/metrics.jsonl";
+    metrics.open(p, std::ios::trunc);
+    ZR_CHECK(metrics, p, ": cannot open for writing");
+  }
+  double window_s = 0;
+  int64_t window_tok = 0;
+  for (int64_t s = 0; s < cfg.train.steps; ++s) {
+    StepStats st = engine.train_step(*data);
+    ZR_CHECK(std::isfinite(st.loss) || st.skipped, "loss became ", st.loss, " at step ", st.step,
+             " (diverged; lower the learning rate or enable gradient_clipping)");
+    window_s += st.seconds;
+    window_tok += st.tokens;
+    if (metrics.is_open()) {
+      json j = {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm},
+                {"loss_scale", st.loss_scale}, {"skipped", st.skipped}, {"seconds", st.seconds}};
+      metrics << j.dump() << "\n" << std::flush;
+    }
+    if (lead && (st.step % cfg.steps_per_print == 0 || st.step == cfg.train.steps || st.step == 1)) {
+      spdlog::info("step {:>6}/{} | loss {:.6f} | lr {:.3e} | grad_norm {:.4f} | scale {} | {:.0f} {}/s{}", st.step,
+                   cfg.train.steps, st.loss, st.lr, st.grad_norm, st.loss_scale, window_tok / window_s,
+                   data->tokens_per_sample() > 1 ? "tok" : "samples", st.skipped ? " | SKIPPED (overflow)" : "");
+      window_s = 0;
+      window_tok = 0;
+    }
+  }
+  if (lead) spdlog::info("done: {} steps, {} samples", engine.global_step(), engine.samples_seen());
+  return 0;
+}
+
+}  // namespace zerorun

@@ -1,0 +1,136 @@
+// Runs a validated graph: forward in node order, backward in reverse with
+// gradient accumulation, block hooks, and activation checkpointing
+// (a checkpointed block drops what it saved and recomputes in backward).
+#include <set>
+
+#include "zerorun/graph.h"
+
+namespace zerorun {
+
+Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::map<std::string, Tensor> grads)
+    : g_(g), params_(std::move(params)), grads_(std::move(grads)) {
+  for (auto& in : g_.inputs) value_id_.emplace(in.name, value_id_.size());
+  for (auto& n : g_.nodes) {
+    ops_.push_back(&op_lookup(n.op));
+    std::vector<size_t> ins, outs;
+    for (auto& v : n.in) {
+      auto it = value_id_.find(v);
+      ZR_CHECK(it != value_id_.end(), "value '", v, "' used before it is produced");
+      ins.push_back(it->second);
+    }
+    for (auto& v : n.out) outs.push_back(value_id_.emplace(v, value_id_.size()).first->second);
+    node_in_.push_back(ins);
+    node_out_.push_back(outs);
+  }
+  ZR_CHECK(value_id_.count(g_.loss), "graph loss '", g_.loss, "' is not a value");
+  loss_id_ = value_id_[g_.loss];
+  values_.resize(value_id_.size());
+  value_grads_.resize(value_id_.size());
+  saved_.resize(g_.nodes.size());
+  block_ranges_ = g_.block_ranges();
+  node_block_.resize(g_.nodes.size());
+  for (size_t b = 0; b < block_ranges_.size(); ++b)
+    for (size_t i = block_ranges_[b].first; i < block_ranges_[b].second; ++i) node_block_[i] = b;
+  last_use_.assign(values_.size(), -1);
+  for (size_t i = 0; i < node_in_.size(); ++i)
+    for (auto v : node_in_[i]) last_use_[v] = static_cast<int>(i);
+  checkpoint_block.assign(g_.blocks.size(), false);
+}
+
+void Executor::run_node_forward(size_t i) {
+  const Node& n = g_.nodes[i];
+  NodeCtx c;
+  c.node = &n;
+  for (auto v : node_in_[i]) c.in.push_back(values_[v]);
+  for (auto& [role, name] : n.params) {
+    auto it = params_.find(name);
+    ZR_CHECK(it != params_.end() && it->second.defined(), "parameter '", name, "' is not materialised");
+    c.params[role] = it->second;
+  }
+  saved_[i].clear();
+  c.saved = &saved_[i];
+  ops_[i]->forward(c);
+  ZR_CHECK(c.out.size() == node_out_[i].size(), "op ", n.op, " produced the wrong number of outputs");
+  for (size_t k = 0; k < c.out.size(); ++k) values_[node_out_[i][k]] = c.out[k];
+}
+
+double Executor::forward(const std::map<std::string, Tensor>& inputs) {
+  for (auto& in : g_.inputs) {
+    auto it = inputs.find(in.name);
+    ZR_CHECK(it != inputs.end(), "forward: graph input '", in.name, "' was not given");
+    ZR_CHECK(it->second.dtype() == in.dtype, "forward: input '", in.name, "' must be ", dtype_name(in.dtype));
+    values_[value_id_[in.name]] = it->second;
+  }
+  for (size_t b = 0; b < block_ranges_.size(); ++b) {
+    if (hooks.before_block_forward) hooks.before_block_forward(b);
+    auto [lo, hi] = block_ranges_[b];
+    for (size_t i = lo; i < hi; ++i) run_node_forward(i);
+    if (checkpoint_block[b]) {
+      // Keep only values that leave the block; drop everything saved inside it.
+      for (size_t i = lo; i < hi; ++i) {
+        saved_[i].clear();
+        for (auto v : node_out_[i])
+          if (v != loss_id_ && last_use_[v] >= 0 && static_cast<size_t>(last_use_[v]) < hi) values_[v] = Tensor();
+      }
+    }
+    if (hooks.after_block_forward) hooks.after_block_forward(b);
+  }
+  have_forward_ = true;
+  return static_cast<double>(values_[loss_id_].f32()[0]);
+}
+
+void Executor::backward(float loss_grad) {
+  ZR_CHECK(have_forward_, "backward called without a forward");
+  for (auto& t : value_grads_) t = Tensor();
+  Tensor lg = Tensor::empty({}, DType::F32);
+  lg.f32()[0] = loss_grad;
+  value_grads_[loss_id_] = lg;
+  for (size_t bi = block_ranges_.size(); bi-- > 0;) {
+    if (hooks.before_block_backward) hooks.before_block_backward(bi);
+    auto [lo, hi] = block_ranges_[bi];
+    if (checkpoint_block[bi])
+      for (size_t i = lo; i < hi; ++i) run_node_forward(i);
+    for (size_t i = hi; i-- > lo;) {
+      const Node& n = g_.nodes[i];
+      NodeCtx c;
+      c.node = &n;
+      bool any = false;
+      for (auto v : node_out_[i]) {
+        c.out.push_back(values_[v]);
+        c.dout.push_back(value_grads_[v]);
+        any = any || value_grads_[v].defined();
+      }
+      if (!any) continue;  // nothing downstream needs this node
+      for (size_t k = 0; k < node_out_[i].size(); ++k)
+        if (!c.dout[k].defined()) c.dout[k] = Tensor::zeros(c.out[k].shape(), DType::F32);
+      for (auto v : node_in_[i]) {
+        c.in.push_back(values_[v]);
+        Tensor& gv = value_grads_[v];
+        if (!gv.defined() && values_[v].dtype() == DType::F32)
+          gv = Tensor::zeros(values_[v].shape(), DType::F32);
+        c.din.push_back(gv);
+      }
+      for (auto& [role, name] : n.params) {
+        c.params[role] = params_[name];
+        auto it = grads_.find(name);
+        if (it != grads_.end() && it->second.defined()) c.dparams[role] = it->second;
+      }
+      c.saved = &saved_[i];
+      ops_[i]->backward(c);
+      // Outputs' gradients are fully consumed now.
+      for (auto v : node_out_[i]) value_grads_[v] = Tensor();
+      saved_[i].clear();
+    }
+    if (hooks.after_block_backward) hooks.after_block_backward(bi);
+  }
+  release();
+}
+
+void Executor::release() {
+  for (auto& t : values_) t = Tensor();
+  for (auto& t : value_grads_) t = Tensor();
+  for (auto& s : saved_) s.clear();
+  have_forward_ = false;
+}
+
+}  // namespace zerorun

@@ -1,0 +1,37 @@
+// attention: causal multi-head self-attention from packed qkv [B, T, 3C]
+// (q, k, v along the last dim, heads contiguous inside each) to [B, T, C].
+#include "kernels/cpu/cpu_kernels.h"
+#include "op_util.h"
+
+namespace zerorun::ops {
+namespace {
+class Attention : public Op {
+ public:
+  std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
+                               const std::map<std::string, Shape>&) const override {
+    expect_inputs(in, 1);
+    expect_f32(in[0], "qkv");
+    const Shape& s = in[0].shape;
+    ZR_CHECK(s.size() == 3 && s[2] % 3 == 0, "qkv must be [B, T, 3C], got ", shape_str(s));
+    int64_t H = attr_int(n, "n_head");
+    ZR_CHECK(H > 0 && (s[2] / 3) % H == 0, "n_head ", H, " does not divide C = ", s[2] / 3);
+    return {{{s[0], s[1], s[2] / 3}, DType::F32}};
+  }
+  void forward(NodeCtx& c) const override {
+    const Tensor& qkv = c.in[0];
+    int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
+    Tensor out = new_out({B, T, C}), probs = new_out({B, H, T, T});
+    kernels::cpu::attention_fwd(qkv.f32(), out.f32(), probs.f32(), B, T, C, H);
+    *c.saved = {probs};
+    c.out = {out};
+  }
+  void backward(NodeCtx& c) const override {
+    if (!c.din[0].defined()) return;
+    const Tensor& qkv = c.in[0];
+    int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
+    kernels::cpu::attention_bwd(qkv.f32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), B, T, C, H);
+  }
+};
+}  // namespace
+std::unique_ptr<Op> make_attention() { return std::make_unique<Attention>(); }
+}  // namespace zerorun::ops

@@ -1,0 +1,60 @@
+// embedding: rows of a [V, C] table picked by i32 ids. With attrs
+// {"position": true} it ignores the id values and adds row t to position t
+// of a [B, T] input (GPT-2's learned positional embedding).
+#include "kernels/cpu/cpu_kernels.h"
+#include "op_util.h"
+
+namespace zerorun::ops {
+namespace {
+bool positional(const Node& n) { return n.attrs.value("position", false); }
+
+class Embedding : public Op {
+ public:
+  std::vector<std::string> required_params() const override { return {"weight"}; }
+  std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
+                               const std::map<std::string, Shape>& p) const override {
+    expect_inputs(in, 1);
+    ZR_CHECK(in[0].dtype == DType::I32, "ids must be i32, got ", dtype_name(in[0].dtype));
+    const Shape& w = p.at("weight");
+    ZR_CHECK(w.size() == 2, "weight must be [V, C], got ", shape_str(w));
+    if (positional(n)) {
+      ZR_CHECK(in[0].shape.size() == 2, "positional embedding needs [B, T] ids");
+      ZR_CHECK(in[0].shape[1] <= w[0], "sequence length ", in[0].shape[1], " exceeds the ", w[0],
+               " positions of the table");
+    }
+    Shape o = in[0].shape;
+    o.push_back(w[1]);
+    return {{o, DType::F32}};
+  }
+  void forward(NodeCtx& c) const override {
+    const Tensor& ids = c.in[0];
+    const Tensor& w = c.param("weight");
+    int64_t V = w.dim(0), C = w.dim(1), N = ids.numel();
+    Shape o = ids.shape();
+    o.push_back(C);
+    Tensor y = new_out(o);
+    if (positional(*c.node)) {
+      kernels::cpu::pos_embedding_fwd(w.f32(), y.f32(), ids.dim(0), ids.dim(1), C);
+    } else {
+      const int32_t* id = ids.i32();
+      for (int64_t i = 0; i < N; ++i)
+        ZR_CHECK(id[i] >= 0 && id[i] < V, "token id ", id[i], " at position ", i, " is outside the vocabulary of ",
+                 V);
+      kernels::cpu::embedding_fwd(id, w.f32(), y.f32(), N, C);
+    }
+    c.out = {y};
+  }
+  void backward(NodeCtx& c) const override {
+    Tensor dw = c.dparam("weight");
+    if (!dw.defined()) return;
+    const Tensor& ids = c.in[0];
+    int64_t C = dw.dim(1);
+    if (positional(*c.node))
+      kernels::cpu::pos_embedding_bwd(c.dout[0].f32(), dw.f32(), ids.dim(0), ids.dim(1), C);
+    else
+      kernels::cpu::embedding_bwd(ids.i32(), c.dout[0].f32(), dw.f32(), ids.numel(), C, dw.dim(0));
+  }
+};
+}  // namespace
+std::unique_ptr<Op> make_embedding() { return std::make_unique<Embedding>(); }
+}  // namespace zerorun::ops

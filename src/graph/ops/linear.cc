@@ -1,0 +1,45 @@
+// linear: y = x W^T + b over the last dimension (W is [out, in], as in PyTorch).
+#include "kernels/cpu/cpu_kernels.h"
+#include "op_util.h"
+
+namespace zerorun::ops {
+namespace {
+class Linear : public Op {
+ public:
+  std::vector<std::string> required_params() const override { return {"weight"}; }
+  std::vector<std::string> optional_params() const override { return {"bias"}; }
+  std::vector<ValueInfo> infer(const Node&, const std::vector<ValueInfo>& in,
+                               const std::map<std::string, Shape>& p) const override {
+    expect_inputs(in, 1);
+    expect_f32(in[0], "input");
+    const Shape& w = p.at("weight");
+    ZR_CHECK(w.size() == 2, "weight must be 2-D [out, in], got ", shape_str(w));
+    ZR_CHECK(!in[0].shape.empty() && in[0].shape.back() == w[1], "input last dim ",
+             in[0].shape.empty() ? 0 : in[0].shape.back(), " does not match weight ", shape_str(w));
+    if (p.count("bias")) ZR_CHECK(p.at("bias") == Shape{w[0]}, "bias must be [", w[0], "]");
+    Shape o = in[0].shape;
+    o.back() = w[0];
+    return {{o, DType::F32}};
+  }
+  void forward(NodeCtx& c) const override {
+    const Tensor& x = c.in[0];
+    const Tensor& w = c.param("weight");
+    Shape os = x.shape();
+    os.back() = w.dim(0);
+    Tensor y = new_out(os);
+    const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
+    kernels::cpu::linear_fwd(x.f32(), w.f32(), b, y.f32(), rows_of(x.shape()), w.dim(1), w.dim(0));
+    c.out = {y};
+  }
+  void backward(NodeCtx& c) const override {
+    const Tensor& x = c.in[0];
+    const Tensor& w = c.param("weight");
+    Tensor dw = c.dparam("weight"), db = c.dparam("bias");
+    kernels::cpu::linear_bwd(x.f32(), w.f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
+                             dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr,
+                             rows_of(x.shape()), w.dim(1), w.dim(0));
+  }
+};
+}  // namespace
+std::unique_ptr<Op> make_linear() { return std::make_unique<Linear>(); }
+}  // namespace zerorun::ops

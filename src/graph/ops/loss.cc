@@ -1,0 +1,64 @@
+// Losses producing the scalar the graph minimises: cross_entropy (mean over
+// rows of logits [..., V] against i32 targets) and mse (mean over elements).
+#include "kernels/cpu/cpu_kernels.h"
+#include "op_util.h"
+
+namespace zerorun::ops {
+namespace {
+Tensor scalar(double v) {
+  Tensor t = new_out({});
+  t.f32()[0] = static_cast<float>(v);
+  return t;
+}
+
+class CrossEntropy : public Op {
+ public:
+  bool is_loss() const override { return true; }
+  std::vector<ValueInfo> infer(const Node&, const std::vector<ValueInfo>& in,
+                               const std::map<std::string, Shape>&) const override {
+    expect_inputs(in, 2);
+    expect_f32(in[0], "logits");
+    ZR_CHECK(in[1].dtype == DType::I32, "targets must be i32");
+    Shape lead(in[0].shape.begin(), in[0].shape.end() - 1);
+    ZR_CHECK(lead == in[1].shape, "targets shape ", shape_str(in[1].shape), " does not match logits ",
+             shape_str(in[0].shape));
+    return {{{}, DType::F32}};
+  }
+  void forward(NodeCtx& c) const override {
+    int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
+    const int32_t* t = c.in[1].i32();
+    for (int64_t i = 0; i < N; ++i)
+      ZR_CHECK(t[i] >= 0 && t[i] < V, "target id ", t[i], " at position ", i, " is outside the vocabulary of ", V);
+    c.out = {scalar(kernels::cpu::cross_entropy_fwd(c.in[0].f32(), t, N, V))};
+  }
+  void backward(NodeCtx& c) const override {
+    if (!c.din[0].defined()) return;
+    int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
+    kernels::cpu::cross_entropy_bwd(c.in[0].f32(), c.in[1].i32(), c.dout[0].f32()[0], c.din[0].f32(), N, V);
+  }
+};
+
+class Mse : public Op {
+ public:
+  bool is_loss() const override { return true; }
+  std::vector<ValueInfo> infer(const Node&, const std::vector<ValueInfo>& in,
+                               const std::map<std::string, Shape>&) const override {
+    expect_inputs(in, 2);
+    expect_f32(in[0], "prediction");
+    expect_f32(in[1], "target");
+    ZR_CHECK(in[0].shape == in[1].shape, "prediction ", shape_str(in[0].shape), " and target ",
+             shape_str(in[1].shape), " differ");
+    return {{{}, DType::F32}};
+  }
+  void forward(NodeCtx& c) const override {
+    c.out = {scalar(kernels::cpu::mse_fwd(c.in[0].f32(), c.in[1].f32(), c.in[0].numel()))};
+  }
+  void backward(NodeCtx& c) const override {
+    if (c.din[0].defined())
+      kernels::cpu::mse_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32()[0], c.din[0].f32(), c.in[0].numel());
+  }
+};
+}  // namespace
+std::unique_ptr<Op> make_cross_entropy() { return std::make_unique<CrossEntropy>(); }
+std::unique_ptr<Op> make_mse() { return std::make_unique<Mse>(); }
+}  // namespace zerorun::ops

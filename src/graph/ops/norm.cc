@@ -1,0 +1,69 @@
+// layernorm (weight, optional bias) and rmsnorm (weight) over the last
+// dimension; both save the per-row statistics for backward.
+#include "kernels/cpu/cpu_kernels.h"
+#include "op_util.h"
+
+namespace zerorun::ops {
+namespace {
+class NormBase : public Op {
+ public:
+  std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
+                               const std::map<std::string, Shape>& p) const override {
+    expect_inputs(in, 1);
+    expect_f32(in[0], "input");
+    ZR_CHECK(!in[0].shape.empty(), "input must have at least one dimension");
+    int64_t C = in[0].shape.back();
+    for (auto& [role, s] : p) ZR_CHECK(s == Shape{C}, role, " must be [", C, "], got ", shape_str(s));
+    ZR_CHECK(attr_float(n, "eps", 1e-5f) > 0.f, "attribute 'eps' must be positive");
+    return {in[0]};
+  }
+};
+
+class LayerNorm : public NormBase {
+ public:
+  std::vector<std::string> required_params() const override { return {"weight"}; }
+  std::vector<std::string> optional_params() const override { return {"bias"}; }
+  void forward(NodeCtx& c) const override {
+    const Tensor& x = c.in[0];
+    int64_t C = x.dim(-1), N = x.numel() / C;
+    Tensor y = new_out(x.shape()), mean = new_out({N}), rstd = new_out({N});
+    const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
+    kernels::cpu::layernorm_fwd(x.f32(), c.param("weight").f32(), b, y.f32(), mean.f32(), rstd.f32(), N, C,
+                                attr_float(*c.node, "eps", 1e-5f));
+    *c.saved = {mean, rstd};
+    c.out = {y};
+  }
+  void backward(NodeCtx& c) const override {
+    const Tensor& x = c.in[0];
+    int64_t C = x.dim(-1), N = x.numel() / C;
+    Tensor dw = c.dparam("weight"), db = c.dparam("bias");
+    kernels::cpu::layernorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), (*c.saved)[1].f32(),
+                                c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
+                                dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, N, C);
+  }
+};
+
+class RmsNorm : public NormBase {
+ public:
+  std::vector<std::string> required_params() const override { return {"weight"}; }
+  void forward(NodeCtx& c) const override {
+    const Tensor& x = c.in[0];
+    int64_t C = x.dim(-1), N = x.numel() / C;
+    Tensor y = new_out(x.shape()), rstd = new_out({N});
+    kernels::cpu::rmsnorm_fwd(x.f32(), c.param("weight").f32(), y.f32(), rstd.f32(), N, C,
+                              attr_float(*c.node, "eps", 1e-6f));
+    *c.saved = {rstd};
+    c.out = {y};
+  }
+  void backward(NodeCtx& c) const override {
+    const Tensor& x = c.in[0];
+    int64_t C = x.dim(-1), N = x.numel() / C;
+    Tensor dw = c.dparam("weight");
+    kernels::cpu::rmsnorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), c.dout[0].f32(),
+                              c.din[0].defined() ? c.din[0].f32() : nullptr, dw.defined() ? dw.f32() : nullptr, N, C);
+  }
+};
+}  // namespace
+std::unique_ptr<Op> make_layernorm() { return std::make_unique<LayerNorm>(); }
+std::unique_ptr<Op> make_rmsnorm() { return std::make_unique<RmsNorm>(); }
+}  // namespace zerorun::ops

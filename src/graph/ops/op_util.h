@@ -1,0 +1,46 @@
+// Small helpers shared by the op files (shape checks, attribute reading).
+#pragma once
+#include <memory>
+
+#include "zerorun/graph.h"
+
+namespace zerorun::ops {
+
+inline int64_t rows_of(const Shape& s) {
+  int64_t r = 1;
+  for (size_t i = 0; i + 1 < s.size(); ++i) r *= s[i];
+  return r;
+}
+inline void expect_inputs(const std::vector<ValueInfo>& in, size_t n) {
+  ZR_CHECK(in.size() == n, "expects ", n, " input(s), got ", in.size());
+}
+inline void expect_f32(const ValueInfo& v, const char* what) {
+  ZR_CHECK(v.dtype == DType::F32, what, " must be f32, got ", dtype_name(v.dtype));
+}
+inline float attr_float(const Node& n, const char* key, float def) {
+  if (!n.attrs.contains(key)) return def;
+  ZR_CHECK(n.attrs[key].is_number(), "attribute '", key, "' must be a number");
+  return n.attrs[key].get<float>();
+}
+inline int64_t attr_int(const Node& n, const char* key) {
+  ZR_CHECK(n.attrs.contains(key) && n.attrs[key].is_number_integer(), "attribute '", key,
+           "' must be an integer");
+  return n.attrs[key].get<int64_t>();
+}
+inline Tensor new_out(const Shape& s) { return Tensor::empty(s, DType::F32, MemCategory::Activations); }
+
+std::unique_ptr<Op> make_linear();
+std::unique_ptr<Op> make_matmul();
+std::unique_ptr<Op> make_add();
+std::unique_ptr<Op> make_mul();
+std::unique_ptr<Op> make_gelu();
+std::unique_ptr<Op> make_relu();
+std::unique_ptr<Op> make_silu();
+std::unique_ptr<Op> make_layernorm();
+std::unique_ptr<Op> make_rmsnorm();
+std::unique_ptr<Op> make_attention();
+std::unique_ptr<Op> make_embedding();
+std::unique_ptr<Op> make_cross_entropy();
+std::unique_ptr<Op> make_mse();
+
+}  // namespace zerorun::ops

@@ -1,0 +1,197 @@
+// Architecture builders for `zerorun init`: MLP, GPT-2 and a Llama-style
+// decoder, as graphs + freshly initialised tensors.
+#include <cmath>
+
+#include "zerorun/model.h"
+#include "zerorun/rng.h"
+
+namespace zerorun {
+namespace {
+
+class Builder {
+ public:
+  explicit Builder(uint64_t seed) : rng_(seed) {}
+  Model m;
+  std::string block;
+
+  std::string node(const std::string& op, std::vector<std::string> in, const std::string& out,
+                   std::map<std::string, std::string> params = {}, json attrs = json::object()) {
+    Node n;
+    n.op = op;
+    n.block = block;
+    n.in = std::move(in);
+    n.out = {out};
+    n.params = std::move(params);
+    n.attrs = std::move(attrs);
+    m.graph.nodes.push_back(std::move(n));
+    return out;
+  }
+  void normal(const std::string& name, const Shape& s, double std) {
+    Tensor t = Tensor::empty(s, DType::F32, MemCategory::Buffers);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(rng_.normal() * std);
+    m.tensors[name] = t;
+  }
+  void uniform(const std::string& name, const Shape& s, double bound) {
+    Tensor t = Tensor::empty(s, DType::F32, MemCategory::Buffers);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>((2.0 * rng_.uniform() - 1.0) * bound);
+    m.tensors[name] = t;
+  }
+  void fill(const std::string& name, const Shape& s, float v) {
+    Tensor t = Tensor::empty(s, DType::F32, MemCategory::Buffers);
+    for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = v;
+    m.tensors[name] = t;
+  }
+  // GPT-2 style linear: N(0, std) weight, zero bias.
+  std::string linear(const std::string& x, const std::string& name, int64_t in, int64_t out, double std,
+                     bool bias = true) {
+    normal(name + ".weight", {out, in}, std);
+    std::map<std::string, std::string> p{{"weight", name + ".weight"}};
+    if (bias) {
+      fill(name + ".bias", {out}, 0.f);
+      p["bias"] = name + ".bias";
+    }
+    return node("linear", {x}, name, p);
+  }
+  std::string layernorm(const std::string& x, const std::string& name, int64_t C) {
+    fill(name + ".weight", {C}, 1.f);
+    fill(name + ".bias", {C}, 0.f);
+    return node("layernorm", {x}, name, {{"weight", name + ".weight"}, {"bias", name + ".bias"}}, {{"eps", 1e-5}});
+  }
+  Model done() {
+    finalize_model(m);
+    return std::move(m);
+  }
+
+ private:
+  Rng rng_;
+};
+
+}  // namespace
+
+Model build_mlp(const MlpSpec& s, uint64_t seed) {
+  ZR_CHECK(s.in > 0 && s.hidden > 0 && s.out > 0 && s.layers >= 1, "mlp sizes must be positive");
+  ZR_CHECK(s.act == "relu" || s.act == "gelu" || s.act == "silu", "mlp activation must be relu, gelu or silu");
+  Builder b(seed);
+  b.m.graph.inputs = {{"x", DType::F32, {"B", std::to_string(s.in)}}, {"y", DType::F32, {"B", std::to_string(s.out)}}};
+  std::string x = "x";
+  int64_t width = s.in;
+  for (int64_t l = 0; l <= s.layers; ++l) {
+    bool last = l == s.layers;
+    int64_t out = last ? s.out : s.hidden;
+    std::string name = "fc" + std::to_string(l);
+    b.block = name;
+    b.m.graph.blocks.push_back(name);
+    double bound = 1.0 / std::sqrt(static_cast<double>(width));  // torch.nn.Linear default init
+    b.uniform(name + ".weight", {out, width}, bound);
+    b.uniform(name + ".bias", {out}, bound);
+    x = b.node("linear", {x}, name, {{"weight", name + ".weight"}, {"bias", name + ".bias"}});
+    if (!last) x = b.node(s.act, {x}, name + "." + s.act);
+    width = out;
+  }
+  b.node("mse", {x, "y"}, "loss");
+  b.m.graph.loss = "loss";
+  b.m.graph.meta["arch"] = "mlp";
+  b.m.graph.meta["arch_config"] = {{"in", s.in}, {"hidden", s.hidden}, {"out", s.out}, {"layers", s.layers},
+                                   {"act", s.act}};
+  return b.done();
+}
+
+Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
+  ZR_CHECK(s.vocab > 0 && s.n_ctx > 0 && s.n_layer > 0 && s.n_head > 0 && s.n_embd % s.n_head == 0,
+           "gpt2: n_embd must be divisible by n_head and all sizes positive");
+  Builder b(seed);
+  const int64_t C = s.n_embd;
+  const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
+  b.m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
+  b.block = "embed";
+  b.m.graph.blocks.push_back("embed");
+  b.normal("wte.weight", {s.vocab, C}, std);
+  b.normal("wpe.weight", {s.n_ctx, C}, std);
+  b.node("embedding", {"tokens"}, "tok_emb", {{"weight", "wte.weight"}});
+  b.node("embedding", {"tokens"}, "pos_emb", {{"weight", "wpe.weight"}}, {{"position", true}});
+  std::string x = b.node("add", {"tok_emb", "pos_emb"}, "x.0");
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    std::string p = "h." + std::to_string(l);
+    b.block = p;
+    b.m.graph.blocks.push_back(p);
+    std::string h = b.layernorm(x, p + ".ln_1", C);
+    h = b.linear(h, p + ".attn.c_attn", C, 3 * C, std);
+    h = b.node("attention", {h}, p + ".attn.out", {}, {{"n_head", s.n_head}});
+    h = b.linear(h, p + ".attn.c_proj", C, C, proj_std);
+    x = b.node("add", {x, h}, p + ".res1");
+    h = b.layernorm(x, p + ".ln_2", C);
+    h = b.linear(h, p + ".mlp.c_fc", C, 4 * C, std);
+    h = b.node("gelu", {h}, p + ".mlp.gelu");
+    h = b.linear(h, p + ".mlp.c_proj", 4 * C, C, proj_std);
+    x = b.node("add", {x, h}, p + ".res2");
+  }
+  b.block = "head";
+  b.m.graph.blocks.push_back("head");
+  x = b.layernorm(x, "ln_f", C);
+  std::string head_w = "wte.weight";
+  if (!s.tied) {
+    b.normal("lm_head.weight", {s.vocab, C}, std);
+    head_w = "lm_head.weight";
+  }
+  x = b.node("linear", {x}, "logits", {{"weight", head_w}});
+  b.node("cross_entropy", {x, "targets"}, "loss");
+  b.m.graph.loss = "loss";
+  b.m.graph.meta["arch"] = "gpt2";
+  b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab}, {"n_positions", s.n_ctx}, {"n_embd", C},
+                                   {"n_layer", s.n_layer}, {"n_head", s.n_head}, {"tie_word_embeddings", s.tied}};
+  b.m.graph.meta["symbols"] = {{"T", s.n_ctx}};
+  return b.done();
+}
+
+Model build_llama(const LlamaSpec& s, uint64_t seed) {
+  ZR_CHECK(s.vocab > 0 && s.n_ctx > 0 && s.n_layer > 0 && s.n_head > 0 && s.n_embd % s.n_head == 0 && s.ffn > 0,
+           "llama: n_embd must be divisible by n_head and all sizes positive");
+  // Llama-style: RMSNorm, SwiGLU MLP, no biases, untied head. Positions use a
+  // learned table (rotary embeddings are not implemented yet).
+  Builder b(seed);
+  const int64_t C = s.n_embd;
+  const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
+  b.m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
+  b.block = "embed";
+  b.m.graph.blocks.push_back("embed");
+  b.normal("embed_tokens.weight", {s.vocab, C}, std);
+  b.normal("embed_positions.weight", {s.n_ctx, C}, std);
+  b.node("embedding", {"tokens"}, "tok_emb", {{"weight", "embed_tokens.weight"}});
+  b.node("embedding", {"tokens"}, "pos_emb", {{"weight", "embed_positions.weight"}}, {{"position", true}});
+  std::string x = b.node("add", {"tok_emb", "pos_emb"}, "x.0");
+  auto rms = [&](const std::string& in, const std::string& name) {
+    b.fill(name + ".weight", {C}, 1.f);
+    return b.node("rmsnorm", {in}, name, {{"weight", name + ".weight"}}, {{"eps", 1e-6}});
+  };
+  for (int64_t l = 0; l < s.n_layer; ++l) {
+    std::string p = "layers." + std::to_string(l);
+    b.block = p;
+    b.m.graph.blocks.push_back(p);
+    std::string h = rms(x, p + ".input_layernorm");
+    h = b.linear(h, p + ".self_attn.qkv_proj", C, 3 * C, std, false);
+    h = b.node("attention", {h}, p + ".self_attn.out", {}, {{"n_head", s.n_head}});
+    h = b.linear(h, p + ".self_attn.o_proj", C, C, proj_std, false);
+    x = b.node("add", {x, h}, p + ".res1");
+    h = rms(x, p + ".post_attention_layernorm");
+    std::string g = b.linear(h, p + ".mlp.gate_proj", C, s.ffn, std, false);
+    std::string u = b.linear(h, p + ".mlp.up_proj", C, s.ffn, std, false);
+    g = b.node("silu", {g}, p + ".mlp.act");
+    h = b.node("mul", {g, u}, p + ".mlp.gated");
+    h = b.linear(h, p + ".mlp.down_proj", s.ffn, C, proj_std, false);
+    x = b.node("add", {x, h}, p + ".res2");
+  }
+  b.block = "head";
+  b.m.graph.blocks.push_back("head");
+  x = rms(x, "norm");
+  x = b.linear(x, "lm_head", C, s.vocab, std, false);
+  b.node("cross_entropy", {x, "targets"}, "loss");
+  b.m.graph.loss = "loss";
+  b.m.graph.meta["arch"] = "llama";
+  b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab}, {"max_position_embeddings", s.n_ctx},
+                                   {"hidden_size", C},       {"num_hidden_layers", s.n_layer},
+                                   {"num_attention_heads", s.n_head}, {"intermediate_size", s.ffn}};
+  b.m.graph.meta["symbols"] = {{"T", s.n_ctx}};
+  return b.done();
+}
+
+}  // namespace zerorun

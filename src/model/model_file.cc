@@ -1,0 +1,91 @@
+// Reading and writing model.bin (safetensors + graph metadata), with every
+// fault reported against the file.
+#include <cstdio>
+
+#include "zerorun/fsutil.h"
+#include "zerorun/model.h"
+#include "zerorun/safetensors.h"
+
+namespace zerorun {
+
+int64_t Model::num_params() const {
+  int64_t n = 0;
+  for (auto& [k, t] : tensors) n += t.numel();
+  return n;
+}
+
+std::map<std::string, Shape> Model::param_shapes() const {
+  std::map<std::string, Shape> r;
+  for (auto& [k, t] : tensors) r[k] = t.shape();
+  return r;
+}
+
+void finalize_model(Model& m) {
+  m.symbols.clear();
+  if (m.graph.meta.contains("symbols")) {
+    ZR_CHECK(m.graph.meta["symbols"].is_object(), "graph 'symbols' must be an object");
+    for (auto& [k, v] : m.graph.meta["symbols"].items()) {
+      ZR_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, "graph symbol '", k, "' must be a positive integer");
+      m.symbols[k] = v.get<int64_t>();
+    }
+  }
+  auto syms = m.symbols;
+  syms["B"] = 1;
+  m.graph.validate(m.param_shapes(), syms);
+  m.tensor_names = m.graph.param_order();
+  for (auto& [k, t] : m.tensors) {
+    bool used = std::find(m.tensor_names.begin(), m.tensor_names.end(), k) != m.tensor_names.end();
+    ZR_CHECK(used, "tensor '", k, "' is not used by any node of the graph");
+  }
+  std::string g = m.graph.to_json().dump();
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", crc32_update(0xffffffffu, g.data(), g.size()) ^ 0xffffffffu);
+  m.graph_hash = buf;
+}
+
+Model load_model(const std::string& path) {
+  SafetensorsFile f = read_safetensors_header(path);
+  auto fmt = f.metadata.find("format");
+  ZR_CHECK(fmt != f.metadata.end() && fmt->second == "zerorun.model", path,
+           ": not a zerorun model (safetensors __metadata__.format must be \"zerorun.model\"; "
+           "use `zerorun init` to create one)");
+  auto ver = f.metadata.find("version");
+  ZR_CHECK(ver != f.metadata.end() && ver->second == "1", path, ": unsupported model version '",
+           ver == f.metadata.end() ? "" : ver->second, "' (this zerorun reads version 1)");
+  auto gj = f.metadata.find("graph");
+  ZR_CHECK(gj != f.metadata.end(), path, ": __metadata__ has no 'graph'");
+  Model m;
+  try {
+    m.graph = Graph::from_json(json::parse(gj->second));
+  } catch (const json::exception& e) {
+    ZR_FAIL(path, ": graph metadata is not valid JSON: ", e.what());
+  } catch (const Error& e) {
+    throw e.with_context(path);
+  }
+  for (auto& e : f.entries) {
+    ZR_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16, path, ": tensor '", e.name,
+             "' has dtype ", dtype_name(e.dtype), "; parameters must be F32, BF16 or F16");
+    Tensor raw = read_safetensors_tensor(f, e, MemCategory::Buffers);
+    Tensor t = Tensor::empty(e.shape, DType::F32, MemCategory::Buffers);
+    float* dst = t.f32();
+    int64_t n = t.numel();
+    if (e.dtype == DType::F32) {
+      t.copy_from(raw);
+    } else {
+      auto* src = raw.data<uint16_t>();
+      for (int64_t i = 0; i < n; ++i) dst[i] = e.dtype == DType::BF16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+    }
+    m.tensors[e.name] = t;
+  }
+  ZR_WITH_CONTEXT(path, finalize_model(m));
+  return m;
+}
+
+void save_model(const std::string& path, const Model& m) {
+  std::vector<SafetensorsWriteItem> items;
+  for (auto& name : m.tensor_names) items.push_back({name, m.tensors.at(name)});
+  write_safetensors(path, items,
+                    {{"format", "zerorun.model"}, {"version", "1"}, {"graph", m.graph.to_json().dump()}});
+}
+
+}  // namespace zerorun

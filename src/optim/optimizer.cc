@@ -1,0 +1,30 @@
+// Adam/AdamW/SGD state and update over the rank's flat parameter range.
+#include "kernels/cpu/cpu_kernels.h"
+#include "zerorun/optim.h"
+
+namespace zerorun {
+
+Optimizer::Optimizer(const OptimizerConfig& cfg, int64_t n) : cfg_(cfg), n_(n) {
+  m_ = Tensor::zeros({n}, DType::F32, MemCategory::Optimizer);
+  if (cfg_.type != "SGD") v_ = Tensor::zeros({n}, DType::F32, MemCategory::Optimizer);
+}
+
+void Optimizer::step(float* p, const float* g, double lr, double beta1) {
+  ++steps_;
+  if (cfg_.type == "SGD") {
+    kernels::cpu::sgd_step(p, g, m_.f32(), n_, static_cast<float>(lr), static_cast<float>(beta1),
+                           static_cast<float>(cfg_.dampening), static_cast<float>(cfg_.weight_decay), cfg_.nesterov,
+                           steps_ == 1);
+  } else {
+    kernels::cpu::adam_step(p, g, m_.f32(), v_.f32(), n_, static_cast<float>(lr), static_cast<float>(beta1),
+                            static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
+                            static_cast<float>(cfg_.weight_decay), cfg_.adam_w_mode, cfg_.bias_correction, steps_);
+  }
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  if (cfg_.type == "SGD") return {{"momentum_buffer", m_}};
+  return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
+}
+
+}  // namespace zerorun
