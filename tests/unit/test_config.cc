@@ -1,0 +1,134 @@
+// DeepSpeed config parsing: the shared seed configs, the batch rule and its
+// exact message, "auto" resolution, unknown keys, JSON syntax errors.
+#include <catch2/catch.hpp>
+#include <filesystem>
+
+#include "zerorun/config.h"
+#include "zerorun/strict_json.h"
+
+using namespace zerorun;
+
+namespace {
+std::string shared_config(const std::string& name) {
+  for (auto dir : {std::string(ZR_SOURCE_DIR) + "/../shared/configs", std::string(ZR_SOURCE_DIR) + "/configs"}) {
+    std::string p = dir + "/" + name;
+    if (std::filesystem::exists(p)) return p;
+  }
+  FAIL("config " << name << " not found");
+  return "";
+}
+Config parse(const std::string& text) { return parse_config(parse_json_strict(text, "test.json"), "test.json"); }
+}  // namespace
+
+TEST_CASE("shared zero3 offload config loads and resolves auto values", "[config]") {
+  Config c = load_config(shared_config("ds_config_zero3.json"));
+  ResolveContext rc;
+  rc.world_size = 4;
+  rc.hidden = 64;
+  resolve_config(c, rc);
+  REQUIRE(c.zero.stage == 3);
+  REQUIRE(c.zero.offload_optimizer.device == "cpu");
+  REQUIRE(c.zero.offload_param.device == "cpu");
+  REQUIRE(c.micro == 2);
+  REQUIRE(c.gas == 8);
+  REQUIRE(c.batch == 64);
+  REQUIRE(*c.zero.reduce_bucket_size == 64 * 64);
+  REQUIRE(*c.zero.stage3_prefetch_bucket_size == static_cast<int64_t>(0.9 * 64 * 64));
+  REQUIRE(*c.zero.stage3_param_persistence_threshold == 640);
+  REQUIRE(c.precision == Precision::FP32);  // fp16/bf16 "auto" on CPU
+  REQUIRE(c.gradient_clipping == 1.0);
+  REQUIRE(c.steps_per_print == 100);
+  rc.on_gpu = true;
+  Config g = load_config(shared_config("ds_config_zero3.json"));
+  resolve_config(g, rc);
+  REQUIRE(g.precision == Precision::BF16);
+}
+
+TEST_CASE("shared zero2 offload config: micro batch only", "[config]") {
+  Config c = load_config(shared_config("ds_config_zero2_offload.json"));
+  ResolveContext rc;
+  rc.world_size = 3;
+  resolve_config(c, rc);
+  REQUIRE(c.zero.stage == 2);
+  REQUIRE(c.micro == 2);
+  REQUIRE(c.gas == 1);
+  REQUIRE(c.batch == 6);
+  REQUIRE(c.precision == Precision::BF16);
+}
+
+TEST_CASE("tiny fp16 config: batch rule message with micro 8", "[config]") {
+  std::string p = shared_config("ds_config_tiny_zero2_fp16.json");
+  Config c = load_config(p);
+  c.micro_batch = 8;
+  ResolveContext rc;
+  rc.world_size = 1;
+  REQUIRE_THROWS_WITH(resolve_config(c, rc), Catch::Contains("16 != 8 * 1 * 1") && Catch::Contains(p));
+  Config c2 = load_config(p);
+  c2.micro_batch = 8;
+  rc.world_size = 2;
+  resolve_config(c2, rc);
+  REQUIRE(c2.batch == 16);
+  REQUIRE(c2.precision == Precision::FP16);
+  REQUIRE(c2.optimizer.type == "Adam");
+  REQUIRE(c2.optimizer.lr == 1e-4);
+}
+
+TEST_CASE("DeepSpeed batch derivations", "[config]") {
+  ResolveContext rc;
+  rc.world_size = 2;
+  Config a = parse(R"({"train_batch_size": 32, "train_micro_batch_size_per_gpu": 4})");
+  resolve_config(a, rc);
+  REQUIRE(a.gas == 4);
+  Config b = parse(R"({"train_batch_size": 32, "gradient_accumulation_steps": 2})");
+  resolve_config(b, rc);
+  REQUIRE(b.micro == 8);
+  Config c = parse(R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 5})");
+  resolve_config(c, rc);
+  REQUIRE(c.batch == 30);
+  Config d = parse(R"({"train_batch_size": 10})");
+  resolve_config(d, rc);
+  REQUIRE(d.micro == 5);
+  REQUIRE(d.gas == 1);
+  Config e = parse(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 3})");
+  REQUIRE_THROWS_WITH(resolve_config(e, rc), Catch::Contains("10 != 3 * 1 * 2"));
+  Config f = parse(R"({"optimizer": {"type": "Adam"}})");
+  REQUIRE_THROWS_WITH(resolve_config(f, rc), Catch::Contains("train_batch_size or train_micro_batch_size_per_gpu"));
+  Config g = parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto"})");
+  resolve_config(g, rc);
+  REQUIRE(g.batch == 8);
+}
+
+TEST_CASE("unknown keys are errors with a suggestion; known DeepSpeed keys warn", "[config]") {
+  REQUIRE_THROWS_WITH(parse(R"({"train_batch_size": 8, "zero_optimization": {"stgae": 2}})"),
+                      Catch::Contains("unknown key 'zero_optimization.stgae'") &&
+                          Catch::Contains("did you mean 'zero_optimization.stage'"));
+  REQUIRE_THROWS_WITH(parse(R"({"train_batch_sise": 8})"), Catch::Contains("did you mean 'train_batch_size'"));
+  REQUIRE_THROWS_WITH(parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})"),
+                      Catch::Contains("optimizer.params.betas"));
+  REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 4}})"), Catch::Contains("must be 0, 1, 2 or 3, got 4"));
+  REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": "two"}})"), Catch::Contains("'zero_optimization.stage' must be an integer"));
+  REQUIRE_THROWS_WITH(parse(R"({"scheduler": {"type": "WarmupLr"}})"), Catch::Contains("did you mean \"WarmupLR\""));
+  REQUIRE_THROWS_WITH(parse(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"), Catch::Contains("cannot both"));
+  REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})"),
+                      Catch::Contains("needs stage 3"));
+  REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})"),
+                      Catch::Contains("NVMe"));
+  Config w = parse(R"({"train_batch_size": 8, "tensorboard": {"enabled": true}, "zero_optimization": {"stage": 1, "zero_quantized_weights": false}})");
+  REQUIRE(w.warnings.size() == 2);
+  REQUIRE_THAT(w.warnings[0], Catch::Contains("tensorboard"));
+}
+
+TEST_CASE("JSON syntax errors report line and column; duplicate keys rejected", "[config]") {
+  REQUIRE_THROWS_WITH(parse_json_strict("{\n  \"a\": 1,\n  \"b\": ,\n}", "x.json"), Catch::Contains("x.json:3:8"));
+  REQUIRE_THROWS_WITH(parse_json_strict("{\"a\": 1,}", "x.json"), Catch::Contains("x.json:1:9") && Catch::Contains("trailing comma"));
+  REQUIRE_THROWS_WITH(parse_json_strict("{\"a\": 1, \"a\": 2}", "x.json"),
+                      Catch::Contains("x.json:1:10") && Catch::Contains("duplicate key \"a\""));
+  REQUIRE_THROWS_WITH(parse_json_strict("{\"a\": \"abc", "x.json"), Catch::Contains("unterminated string"));
+  REQUIRE_THROWS_WITH(parse_json_strict("{\"a\": 01}", "x.json"), Catch::Contains("leading zeros"));
+  REQUIRE_THROWS_WITH(parse_json_strict("{} x", "x.json"), Catch::Contains("x.json:1:4"));
+  nlohmann::json j = parse_json_strict(R"({"s": "\u00e9\n", "n": [1, -2.5e3, 1e9, true, null]})", "x.json");
+  REQUIRE(j["s"] == "\xc3\xa9\n");
+  REQUIRE(j["n"][1] == -2500.0);
+  REQUIRE(j["n"][2].get<double>() == 1e9);
+  REQUIRE_THROWS_WITH(load_json_file_strict("/nonexistent/ds.json"), Catch::Contains("/nonexistent/ds.json"));
+}

@@ -1,0 +1,134 @@
+// model.bin: round trip, builders, and rejection of corrupt or inconsistent files.
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "zerorun/fsutil.h"
+#include "zerorun/model.h"
+#include "zerorun/safetensors.h"
+
+using namespace zerorun;
+namespace fs = std::filesystem;
+
+namespace {
+std::string tmp(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / "zerorun_test_model";
+  fs::create_directories(d);
+  return (d / name).string();
+}
+Gpt2Spec tiny_gpt() {
+  Gpt2Spec s;
+  s.vocab = 64;
+  s.n_ctx = 16;
+  s.n_embd = 32;
+  s.n_layer = 2;
+  s.n_head = 4;
+  return s;
+}
+// Rewrites the header of a safetensors file, keeping the data bytes.
+void rewrite_header(const std::string& src, const std::string& dst, const std::function<void(json&)>& edit) {
+  std::string s = read_file(src);
+  uint64_t hl = 0;
+  for (int i = 7; i >= 0; --i) hl = (hl << 8) | static_cast<unsigned char>(s[i]);
+  json h = json::parse(s.substr(8, hl));
+  edit(h);
+  std::string nh = h.dump();
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((nh.size() >> (8 * i)) & 0xff);
+  out += nh + s.substr(8 + hl);
+  write_file_atomic(dst, out);
+}
+}  // namespace
+
+TEST_CASE("gpt2 builder: init statistics, tying and blocks", "[model]") {
+  Model m = build_gpt2(tiny_gpt(), 3);
+  REQUIRE(m.graph.blocks == std::vector<std::string>{"embed", "h.0", "h.1", "head"});
+  REQUIRE(m.tensors.count("lm_head.weight") == 0);  // tied to wte
+  int uses = 0;
+  for (auto& n : m.graph.nodes)
+    for (auto& [r, name] : n.params) uses += name == "wte.weight";
+  REQUIRE(uses == 2);
+  auto stdev = [](const Tensor& t) {
+    double s = 0, s2 = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) s += t.f32()[i], s2 += t.f32()[i] * t.f32()[i];
+    double m = s / t.numel();
+    return std::sqrt(s2 / t.numel() - m * m);
+  };
+  REQUIRE(stdev(m.tensors.at("wte.weight")) == Approx(0.02).epsilon(0.05));
+  REQUIRE(stdev(m.tensors.at("h.0.mlp.c_fc.weight")) == Approx(0.02).epsilon(0.05));
+  REQUIRE(stdev(m.tensors.at("h.0.attn.c_proj.weight")) == Approx(0.02 / std::sqrt(4.0)).epsilon(0.1));
+  REQUIRE(m.tensors.at("h.1.ln_2.weight").f32()[5] == 1.f);
+  REQUIRE(m.tensors.at("h.1.attn.c_attn.bias").f32()[0] == 0.f);
+}
+
+TEST_CASE("model.bin round trip is exact and is valid safetensors", "[model]") {
+  Model m = build_gpt2(tiny_gpt(), 5);
+  std::string p = tmp("rt.bin");
+  save_model(p, m);
+  Model r = load_model(p);
+  REQUIRE(r.graph_hash == m.graph_hash);
+  REQUIRE(r.tensor_names == m.tensor_names);
+  for (auto& [k, t] : m.tensors) REQUIRE(std::memcmp(t.raw(), r.tensors.at(k).raw(), t.nbytes()) == 0);
+  SafetensorsFile f = read_safetensors_header(p);
+  REQUIRE(f.metadata.at("format") == "zerorun.model");
+  REQUIRE(f.data_start % 8 == 0);
+  Model mlp = build_mlp(MlpSpec{}, 1);
+  REQUIRE(mlp.num_params() == 512 * 1024 + 1024 + 1024 * 512 + 512);
+  Model llama = build_llama(LlamaSpec{64, 16, 32, 2, 4, 48}, 1);
+  save_model(tmp("llama.bin"), llama);
+  REQUIRE(load_model(tmp("llama.bin")).num_params() == llama.num_params());
+}
+
+TEST_CASE("corrupt model.bin files are rejected naming the file and fault", "[model]") {
+  Model m = build_gpt2(tiny_gpt(), 5);
+  std::string good = tmp("good.bin");
+  save_model(good, m);
+  std::string s = read_file(good);
+  std::string bad = tmp("bad.bin");
+
+  write_file_atomic(bad, s.substr(0, s.size() - 100));
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains(bad) && Catch::Contains("out of range"));
+
+  write_file_atomic(bad, s.substr(0, 5));
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("too short"));
+
+  std::string big = s;
+  big[7] = 0x7f;  // absurd header length
+  write_file_atomic(bad, big);
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("header length"));
+
+  std::string garbage = s;
+  garbage[8] = '#';
+  write_file_atomic(bad, garbage);
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("not valid JSON"));
+
+  rewrite_header(good, bad, [](json& h) { h["wpe.weight"]["data_offsets"] = h["wte.weight"]["data_offsets"]; h["wpe.weight"]["shape"] = h["wte.weight"]["shape"]; });
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("overlap"));
+
+  rewrite_header(good, bad, [](json& h) { h["wpe.weight"]["shape"] = {3, 3}; });
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("needs 36 bytes"));
+
+  rewrite_header(good, bad, [](json& h) { h["__metadata__"]["format"] = "pt"; });
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("not a zerorun model"));
+
+  rewrite_header(good, bad, [](json& h) {
+    json g = json::parse(h["__metadata__"]["graph"].get<std::string>());
+    g["nodes"][0]["params"]["weight"] = "missing.weight";
+    h["__metadata__"]["graph"] = g.dump();
+  });
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains(bad) && Catch::Contains("'missing.weight'"));
+
+  rewrite_header(good, bad, [](json& h) {
+    json g = json::parse(h["__metadata__"]["graph"].get<std::string>());
+    g["nodes"][4]["in"] = {"nonexistent"};
+    h["__metadata__"]["graph"] = g.dump();
+  });
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("'nonexistent' is not produced"));
+
+  // A tensor whose shape does not fit the graph (c_attn weight transposed).
+  rewrite_header(good, bad, [](json& h) { h["h.0.attn.c_attn.weight"]["shape"] = {32, 96}; });
+  REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("h.0") && Catch::Contains("does not match weight"));
+
+  REQUIRE_THROWS_WITH(load_model(tmp("does_not_exist.bin")), Catch::Contains("cannot open"));
+}
