@@ -36,6 +36,9 @@ class Engine {
   const Config& config() const { return cfg_; }
   std::string memory_report() const;
   int64_t seq_len() const { return seq_len_; }
+  // Called with this rank's local gradients after backward, before any
+  // reduction (tests use it to inject inf/nan on one rank).
+  std::function<void(float* grads, int64_t n)> after_backward;
 
  private:
   void refresh_compute_params();

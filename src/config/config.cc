@@ -192,8 +192,8 @@ void parse_loss_scale(Reader r, Config& c) {
   l.consecutive_hysteresis = r.boolean("consecutive_hysteresis", false);
   l.min_loss_scale = r.num("min_loss_scale", 1.0);
   ZR_CHECK(l.loss_scale >= 0, c.source, ": 'fp16.loss_scale' must be >= 0 (0 = dynamic)");
-  ZR_CHECK(l.initial_scale_power >= 0 && l.initial_scale_power < 64, c.source,
-           ": 'fp16.initial_scale_power' must be in [0, 63]");
+  ZR_CHECK(l.initial_scale_power >= 0 && l.initial_scale_power <= 127, c.source,
+           ": 'fp16.initial_scale_power' must be in [0, 127]");
   ZR_CHECK(l.loss_scale_window > 0, c.source, ": 'fp16.loss_scale_window' must be positive");
   ZR_CHECK(l.hysteresis >= 1, c.source, ": 'fp16.hysteresis' must be >= 1");
   ZR_CHECK(l.min_loss_scale > 0, c.source, ": 'fp16.min_loss_scale' must be positive");

@@ -73,6 +73,7 @@ StepStats Engine::train_step(DataSource& data) {
     exec_->backward(static_cast<float>(scale / static_cast<double>(cfg_.gas)));
   }
   float* g = grads_.f32();
+  if (after_backward) after_backward(g, numel_);
   // Average over ranks (data parallel).
   comm_.all_reduce(g, numel_, DType::F32, ReduceOp::Sum);
   if (W > 1) {

@@ -33,6 +33,7 @@ LrMom LrSchedule::at(int64_t it) const {
   const double step = static_cast<double>(it);
   auto warm_gamma = [&](double n_warm) {
     n_warm = std::max(2.0, n_warm);
+    if (step < 0) return 0.0;  // before the first scheduler step: the warmup start
     bool lin = p_.value("warmup_type", std::string("log")) == "linear";
     if (step < n_warm) return lin ? step / n_warm : std::log(step + 1.0) / std::log(n_warm);
     return 1.0;

@@ -1,0 +1,120 @@
+// Schedulers (DeepSpeed formulas, hand-computed values), the dynamic loss
+// scaler's state machine, and the optimizer update rules.
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "zerorun/optim.h"
+
+using namespace zerorun;
+
+namespace {
+LrSchedule sched(const std::string& type, nlohmann::json params, double lr = 0.1) {
+  SchedulerConfig s{type, std::move(params)};
+  OptimizerConfig o;
+  o.lr = lr;
+  return LrSchedule(s, o, 100);
+}
+}  // namespace
+
+TEST_CASE("WarmupLR log and linear", "[optim]") {
+  auto s = sched("WarmupLR", {{"warmup_min_lr", 0.0}, {"warmup_max_lr", 1.0}, {"warmup_num_steps", 10}});
+  REQUIRE(s.at(-1).lr == 0.0);
+  REQUIRE(s.at(0).lr == 0.0);
+  REQUIRE(s.at(4).lr == Approx(std::log(5.0) / std::log(10.0)));
+  REQUIRE(s.at(10).lr == 1.0);
+  REQUIRE(s.at(50).lr == 1.0);
+  auto l = sched("WarmupLR", {{"warmup_min_lr", 0.1}, {"warmup_max_lr", 0.5}, {"warmup_num_steps", 4},
+                              {"warmup_type", "linear"}});
+  REQUIRE(l.at(2).lr == Approx(0.1 + 0.4 * 0.5));
+}
+
+TEST_CASE("WarmupDecayLR decays linearly to zero", "[optim]") {
+  auto s = sched("WarmupDecayLR", {{"warmup_min_lr", 0.0}, {"warmup_max_lr", 1.0}, {"warmup_num_steps", 10},
+                                   {"total_num_steps", 110}, {"warmup_type", "linear"}});
+  REQUIRE(s.at(5).lr == Approx(0.5));
+  REQUIRE(s.at(10).lr == Approx(1.0));
+  REQUIRE(s.at(60).lr == Approx(0.5));
+  REQUIRE(s.at(110).lr == 0.0);
+  REQUIRE(s.at(200).lr == 0.0);
+}
+
+TEST_CASE("WarmupCosineLR", "[optim]") {
+  auto s = sched("WarmupCosineLR", {{"total_num_steps", 20}, {"warmup_num_steps", 10}, {"warmup_min_ratio", 0.0},
+                                    {"cos_min_ratio", 0.0}, {"warmup_type", "linear"}},
+                 2.0);
+  REQUIRE(s.at(5).lr == Approx(1.0));
+  // step 14: real_last = 5, real_total = 10 -> (1 + cos(pi/2)) / 2 = 0.5
+  REQUIRE(s.at(14).lr == Approx(1.0));
+  REQUIRE(s.at(19).lr == Approx(0.0).margin(1e-12));
+}
+
+TEST_CASE("OneCycle lr and momentum", "[optim]") {
+  auto s = sched("OneCycle", {{"cycle_min_lr", 0.1}, {"cycle_max_lr", 1.1}, {"cycle_first_step_size", 10},
+                              {"cycle_momentum", true}, {"cycle_min_mom", 0.8}, {"cycle_max_mom", 0.9},
+                              {"decay_step_size", 5}, {"decay_lr_rate", 1.0}});
+  REQUIRE(s.at(-1).lr == Approx(0.1));
+  REQUIRE(*s.at(-1).beta1 == Approx(0.9));
+  REQUIRE(s.at(4).lr == Approx(0.6));  // iteration 5 of a 10-step rise
+  REQUIRE(*s.at(4).beta1 == Approx(0.85));
+  REQUIRE(s.at(9).lr == Approx(1.1));
+  REQUIRE(s.at(14).lr == Approx(0.6));
+  REQUIRE(s.at(24).lr == Approx(0.1 / (1 + 1.0 * 1.0)));  // 5 steps into decay
+}
+
+TEST_CASE("LRRangeTest continuous and staircase", "[optim]") {
+  auto s = sched("LRRangeTest", {{"lr_range_test_min_lr", 0.01}, {"lr_range_test_step_size", 10},
+                                 {"lr_range_test_step_rate", 2.0}});
+  REQUIRE(s.at(4).lr == Approx(0.01 * (1 + 2.0 * 0.5)));
+  auto st = sched("LRRangeTest", {{"lr_range_test_min_lr", 0.01}, {"lr_range_test_step_size", 10},
+                                  {"lr_range_test_step_rate", 2.0}, {"lr_range_test_staircase", true}});
+  REQUIRE(st.at(4).lr == Approx(0.01));
+  REQUIRE(st.at(9).lr == Approx(0.03));
+}
+
+TEST_CASE("dynamic loss scaler: hysteresis, growth window, error at min scale", "[optim]") {
+  LossScaleConfig c;
+  c.initial_scale_power = 4;  // 16
+  c.loss_scale_window = 3;
+  c.hysteresis = 2;
+  c.min_loss_scale = 4;
+  LossScaler s(c, true);
+  REQUIRE(s.scale() == 16);
+  s.update(true);  // hysteresis 2 -> 1, no shrink
+  REQUIRE(s.scale() == 16);
+  s.update(true);  // shrink
+  REQUIRE(s.scale() == 8);
+  s.update(false);  // iter 2, last overflow 1: (2-1)%3 != 0
+  s.update(false);
+  REQUIRE(s.scale() == 8);
+  s.update(false);  // (4-1)%3 == 0 -> grow
+  REQUIRE(s.scale() == 16);
+  s.update(true);  // hysteresis was reset to 2 on growth -> 1
+  REQUIRE(s.scale() == 16);
+  s.update(true);
+  s.update(true);
+  REQUIRE(s.scale() == 4);
+  REQUIRE_THROWS_WITH(s.update(true), Catch::Contains("minimum"));
+  LossScaleConfig st;
+  st.loss_scale = 128;
+  LossScaler fixed(st, true);
+  fixed.update(true);
+  REQUIRE(fixed.scale() == 128);
+  REQUIRE(LossScaler(c, false).scale() == 1.0);
+}
+
+TEST_CASE("adam matches the closed form; adamw vs L2 decay differ", "[optim]") {
+  float p = 1.f, g = 0.5f, m = 0.f, v = 0.f;
+  kernels::cpu::adam_step(&p, &g, &m, &v, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.f, true, true, 1);
+  // First step with bias correction moves by lr * sign(g).
+  REQUIRE(p == Approx(0.9f).epsilon(1e-6));
+  float p1 = 1.f, m1 = 0, v1 = 0, p2 = 1.f, m2 = 0, v2 = 0;
+  kernels::cpu::adam_step(&p1, &g, &m1, &v1, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, true, true, 1);
+  kernels::cpu::adam_step(&p2, &g, &m2, &v2, 1, 0.1f, 0.9f, 0.999f, 1e-8f, 0.1f, false, true, 1);
+  REQUIRE(p1 == Approx(1.f - 0.1f * 0.1f - 0.1f).epsilon(1e-6));
+  REQUIRE(p2 == Approx(0.9f).epsilon(1e-6));  // L2 term folds into g; still a unit step
+  float q = 1.f, buf = 0.f;
+  kernels::cpu::sgd_step(&q, &g, &buf, 1, 0.1f, 0.9f, 0.f, 0.f, false, true);
+  kernels::cpu::sgd_step(&q, &g, &buf, 1, 0.1f, 0.9f, 0.f, 0.f, false, false);
+  REQUIRE(q == Approx(1.f - 0.05f - 0.1f * (0.9f * 0.5f + 0.5f)));
+}

@@ -1,0 +1,120 @@
+// Single-rank training: loss falls, gradient accumulation is equivalent to a
+// bigger micro batch, activation checkpointing changes nothing, fp16
+// overflow skips the step.
+#include <catch2/catch.hpp>
+
+#include "zerorun/engine.h"
+
+using namespace zerorun;
+
+namespace {
+Model tiny_gpt(uint64_t seed = 11) {
+  Gpt2Spec s;
+  s.vocab = 64;
+  s.n_ctx = 16;
+  s.n_embd = 32;
+  s.n_layer = 2;
+  s.n_head = 4;
+  return build_gpt2(s, seed);
+}
+Config make_cfg(const std::string& text, int world = 1) {
+  Config c = parse_config(json::parse(text), "test");
+  ResolveContext rc;
+  rc.world_size = world;
+  rc.hidden = 32;
+  resolve_config(c, rc);
+  return c;
+}
+std::vector<double> run(const Model& m, const Config& c, int steps, std::map<std::string, Tensor>* w = nullptr) {
+  auto comm = make_self_comm();
+  Engine e(m, c, *comm, steps);
+  auto data = make_data_source("synthetic", m, e.seq_len(), 5);
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) losses.push_back(e.train_step(*data).loss);
+  if (w) *w = e.master_weights();
+  return losses;
+}
+}  // namespace
+
+TEST_CASE("tiny GPT-2 and MLP losses fall", "[train]") {
+  Model g = tiny_gpt();
+  auto lg = run(g, make_cfg(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 40);
+  REQUIRE(lg.back() < 0.6 * lg.front());
+  MlpSpec ms;
+  ms.in = 32;
+  ms.hidden = 64;
+  ms.out = 32;
+  Model mlp = build_mlp(ms, 3);
+  auto lm = run(mlp, make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 3e-3}}})"), 60);
+  REQUIRE(lm.back() < 0.5 * lm.front());
+  auto ls = run(mlp, make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": 0.9}}})"), 60);
+  REQUIRE(ls.back() < 0.7 * ls.front());
+}
+
+TEST_CASE("gradient accumulation equals a larger micro batch", "[train]") {
+  Model g = tiny_gpt();
+  std::map<std::string, Tensor> w1, w2;
+  auto a = run(g, make_cfg(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0.5})"),
+               6, &w1);
+  auto b = run(g, make_cfg(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5})"),
+               6, &w2);
+  for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == Approx(a[i]).epsilon(1e-5));
+  for (auto& [k, t] : w1)
+    for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w2[k].f32()[i] == Approx(t.f32()[i]).margin(1e-5));
+}
+
+TEST_CASE("activation checkpointing is bitwise identical", "[train]") {
+  Model g = tiny_gpt();
+  std::map<std::string, Tensor> w1, w2;
+  auto a = run(g, make_cfg(R"({"train_batch_size": 4})"), 4, &w1);
+  auto b = run(g, make_cfg(R"({"train_batch_size": 4, "activation_checkpointing": {"partition_activations": false}})"),
+               4, &w2);
+  REQUIRE(a == b);
+  for (auto& [k, t] : w1) REQUIRE(std::memcmp(t.raw(), w2[k].raw(), t.nbytes()) == 0);
+}
+
+TEST_CASE("fp16 overflow skips the step and halves the scale", "[train]") {
+  Model g = tiny_gpt();
+  Config c = make_cfg(R"({"train_batch_size": 4, "fp16": {"enabled": true, "initial_scale_power": 16, "hysteresis": 1, "min_loss_scale": 1}})");
+  auto comm = make_self_comm();
+  Engine e(g, c, *comm, 10);
+  int inject = 1;  // steps whose gradients get an inf / nan
+  e.after_backward = [&](float* grad, int64_t n) {
+    if (inject > 0) grad[n / 2] = (inject % 2) ? INFINITY : NAN;
+  };
+  auto data = make_data_source("synthetic", g, e.seq_len(), 5);
+  auto before = e.master_weights();
+  StepStats s1 = e.train_step(*data);
+  REQUIRE(s1.skipped);
+  auto after = e.master_weights();
+  for (auto& [k, t] : before) REQUIRE(std::memcmp(t.raw(), after[k].raw(), t.nbytes()) == 0);
+  inject = 0;
+  StepStats s2 = e.train_step(*data);
+  REQUIRE(s2.loss_scale == s1.loss_scale / 2);
+  REQUIRE(!s2.skipped);
+  // Overflow at every step walks the scale down to min_loss_scale, then errors.
+  inject = 2;
+  int skipped = 0;
+  std::string err;
+  bool all_skipped = true;
+  try {
+    for (int i = 0; i < 100; ++i) {
+      all_skipped = all_skipped && e.train_step(*data).skipped;
+      ++skipped;
+    }
+  } catch (const Error& ex) {
+    err = ex.what();
+  }
+  REQUIRE(all_skipped);
+  REQUIRE_THAT(err, Catch::Contains("minimum"));
+  REQUIRE(skipped == 15);  // 2^15 .. 2^1 skipped, then at 2^0 = min it stops
+}
+
+TEST_CASE("bf16 mode trains with rounded compute weights", "[train]") {
+  Model g = tiny_gpt();
+  auto l = run(g, make_cfg(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 30);
+  auto f = run(g, make_cfg(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 30);
+  REQUIRE(l.back() < 0.7 * l.front());
+  REQUIRE(l[0] != f[0]);                                  // rounding is really applied
+  REQUIRE(l[0] == Approx(f[0]).epsilon(1e-2));
+}
