@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# End-to-end checks of the zerorun command line: real training runs, and bad
+# input that must end with a clear message naming the file/key and a
+# non-zero exit (never a crash or a hang).
+set -u
+ZR=$(realpath "${1:?usage: cli_test.sh path/to/zerorun shared_configs_dir}")
+CONFIGS=$(realpath "${2:?}")
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+pass=0 fail=0
+
+ok() { pass=$((pass + 1)); echo "ok   - $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
+# expect_fail NAME PATTERN CMD...: non-zero exit (1 or 2, not a signal) and PATTERN in stderr+stdout
+expect_fail() {
+  local name=$1 pat=$2
+  shift 2
+  local out rc
+  out=$(timeout 60 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne 0 && $rc -lt 4 ]] && grep -qF -- "$pat" <<<"$out"; then ok "$name"; else
+    bad "$name (rc=$rc, wanted '$pat'):"
+    echo "$out" | tail -5
+  fi
+}
+expect_ok() {
+  local name=$1 pat=$2
+  shift 2
+  local out rc
+  out=$(timeout 300 "$@" 2>&1)
+  rc=$?
+  if [[ $rc -eq 0 ]] && grep -qE -- "$pat" <<<"$out"; then ok "$name"; else
+    bad "$name (rc=$rc, wanted /$pat/):"
+    echo "$out" | tail -8
+  fi
+}
+
+cd "$W"
+expect_ok "init mlp" "wrote mlp.bin" "$ZR" init --arch mlp -o mlp.bin
+expect_ok "init gpt2" "wrote gpt.bin" "$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 -o gpt.bin
+expect_ok "init llama" "wrote llama.bin" "$ZR" init --arch llama --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --ffn 96 -o llama.bin
+expect_ok "report" "CPU backend" "$ZR" report
+expect_ok "estimate" "ZeRO-3" "$ZR" estimate gpt.bin --num_gpus 4
+
+# The seed configs, as they are.
+expect_fail "tiny fp16 config on 1 rank: batch rule" "16 != 8 * 1 * 1" \
+  "$ZR" --config "$CONFIGS/ds_config_tiny_zero2_fp16.json" mlp.bin --micro_batch_size 8 --steps 3
+echo '{"train_batch_size": 8, "gradient_accumulation_steps": 1, "optimizer": {"type": "Adam", "params": {"lr": 1e-4}}, "zero_optimization": {"stage": 2}, "fp16": {"enabled": true}}' >tiny8.json
+expect_ok "tiny fp16 MLP config (train_batch_size 8) trains" "step +5/5 \| loss" \
+  "$ZR" --config tiny8.json mlp.bin --micro_batch_size 8 --steps 5
+expect_ok "zero3 offload config trains gpt2" "step +3/3" "$ZR" --config "$CONFIGS/ds_config_zero3.json" gpt.bin --steps 3
+expect_ok "zero2 offload bf16 config trains llama" "step +3/3" \
+  "$ZR" --config "$CONFIGS/ds_config_zero2_offload.json" llama.bin --steps 3
+
+# Loss falls on a real run with token shards.
+python3 - <<'PY'
+import struct
+toks = [(i * 7 + 3) % 128 for i in range(20000)]
+with open("tok.bin", "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
+    f.write(struct.pack(f"<{len(toks)}H", *toks))
+PY
+echo '{"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}, "steps_per_print": 10}' >c.json
+out=$("$ZR" --config c.json gpt.bin --data tok.bin --steps 40 --log_dir log 2>&1)
+first=$(head -1 log/metrics.jsonl | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+last=$(tail -1 log/metrics.jsonl | sed 's/.*"loss":\([0-9.e+-]*\).*/\1/')
+if [[ -n "$first" && -n "$last" ]] && awk -v a="$first" -v b="$last" 'BEGIN{exit !(b < 0.5*a)}'; then ok "gpt2 loss falls on token shard ($first -> $last)"; else bad "gpt2 loss did not fall ($first -> $last)"; echo "$out" | tail -5; fi
+
+# Bad input.
+echo '{"train_batch_size": 8,
+  "zero_optimization": {"stage": 2,}
+}' >syntax.json
+expect_fail "JSON syntax error names file:line:col" "syntax.json:2:36" "$ZR" --config syntax.json mlp.bin --steps 1
+echo '{"train_batch_size": 8, "zero_optimization": {"stgae": 2}}' >typo.json
+expect_fail "unknown key suggests" "did you mean 'zero_optimization.stage'" "$ZR" --config typo.json mlp.bin --steps 1
+expect_fail "missing config file" "nope.json: cannot open" "$ZR" --config nope.json mlp.bin --steps 1
+expect_fail "missing model file" "missing.bin: cannot open" "$ZR" --config c.json missing.bin --steps 1
+head -c 3000 gpt.bin >trunc.bin
+expect_fail "truncated model" "trunc.bin" "$ZR" --config c.json trunc.bin --steps 1
+expect_fail "no steps" "--steps" "$ZR" --config c.json mlp.bin
+expect_fail "token data on a regression model" "synthetic" "$ZR" --config c.json mlp.bin --data tok.bin --steps 1
+printf 'garbage' >junk.bin
+expect_fail "bad token shard" "junk.bin" "$ZR" --config c.json gpt.bin --data junk.bin --steps 1
+expect_fail "no matching data" "no file matches" "$ZR" --config c.json gpt.bin --data 'nothing_*.bin' --steps 1
+expect_fail "seq_len beyond context" "exceeds the model's context" "$ZR" --config c.json gpt.bin --seq_len 64 --steps 1
+expect_fail "unknown arch" "--arch must be" "$ZR" init --arch resnet -o x.bin
+expect_fail "no model given" "give a model.bin" "$ZR" --config c.json
+
+echo "$pass passed, $fail failed"
+[[ $fail -eq 0 ]]

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Independent oracle: trains the same model.bin on the same data with
+PyTorch (float64) and checks zerorun's per-step losses agree within 1e-4
+relative. Reads model.bin with a small safetensors reader and interprets the
+graph JSON with torch ops; AdamW, clipping and the LR schedule are torch's
+own (torch.optim.AdamW, clip_grad_norm_) or re-derived from DeepSpeed's
+formulas here. Exit 77 (skipped) when torch is not installed."""
+import argparse
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # pragma: no cover
+    print(f"SKIP: {e}")
+    sys.exit(77)
+
+M64 = (1 << 64) - 1
+
+
+def splitmix64(x):
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def hash_uniform(seed, counter):
+    return (splitmix64(((seed * 0x100000001B3) & M64) ^ counter) >> 40) / 16777216.0
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    (hl,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + hl])
+    meta = header.pop("__metadata__", {})
+    data = blob[8 + hl :]
+    dt = {"F32": np.float32, "I32": np.int32}
+    tensors = {}
+    for name, e in header.items():
+        b, en = e["data_offsets"]
+        arr = np.frombuffer(data[b:en], dtype=dt[e["dtype"]]).reshape(e["shape"])
+        tensors[name] = torch.tensor(arr.astype(np.float64))
+    return tensors, meta
+
+
+def forward(graph, params, inputs):
+    vals = dict(inputs)
+    for n in graph["nodes"]:
+        op, a = n["op"], n.get("attrs", {})
+        x = [vals[i] for i in n["in"]]
+        p = {r: params[t] for r, t in n.get("params", {}).items()}
+        if op == "linear":
+            y = F.linear(x[0], p["weight"], p.get("bias"))
+        elif op == "embedding":
+            if a.get("position"):
+                T = x[0].shape[1]
+                y = p["weight"][:T].unsqueeze(0).expand(x[0].shape[0], T, -1)
+            else:
+                y = p["weight"][x[0]]
+        elif op == "add":
+            y = x[0] + x[1]
+        elif op == "mul":
+            y = x[0] * x[1]
+        elif op == "matmul":
+            y = x[0] @ x[1]
+        elif op == "gelu":
+            y = F.gelu(x[0], approximate="tanh")
+        elif op == "relu":
+            y = F.relu(x[0])
+        elif op == "silu":
+            y = F.silu(x[0])
+        elif op == "layernorm":
+            C = x[0].shape[-1]
+            y = F.layer_norm(x[0], (C,), p["weight"], p.get("bias"), a.get("eps", 1e-5))
+        elif op == "rmsnorm":
+            y = x[0] * torch.rsqrt(x[0].pow(2).mean(-1, keepdim=True) + a.get("eps", 1e-6)) * p["weight"]
+        elif op == "attention":
+            B, T, C3 = x[0].shape
+            C, H = C3 // 3, a["n_head"]
+            q, k, v = x[0].split(C, dim=2)
+            q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // H)
+            mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+            att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+            y = (att @ v).transpose(1, 2).reshape(B, T, C)
+        elif op == "cross_entropy":
+            y = F.cross_entropy(x[0].reshape(-1, x[0].shape[-1]), x[1].reshape(-1).long())
+        elif op == "mse":
+            y = F.mse_loss(x[0], x[1])
+        else:
+            raise SystemExit(f"oracle: op {op} not interpreted")
+        vals[n["out"][0]] = y
+    return vals[graph["loss"]]
+
+
+def lr_at(sched, base_lr, it):
+    """DeepSpeed WarmupLR / WarmupDecayLR, evaluated at last_batch_iteration=it."""
+    if not sched:
+        return base_lr
+    p = sched["params"]
+    mn, mx = p.get("warmup_min_lr", 0.0), p.get("warmup_max_lr", 0.001)
+    nw = max(2, p.get("warmup_num_steps", 1000))
+    if it < 0:
+        g = 0.0
+    elif it < nw:
+        g = it / nw if p.get("warmup_type", "log") == "linear" else math.log(it + 1) / math.log(nw)
+    else:
+        g = 1.0
+    if sched["type"] == "WarmupDecayLR" and it >= nw:
+        total = p["total_num_steps"]
+        g = max(0.0, (total - it) / max(1.0, total - nw))
+    return mn + (mx - mn) * g
+
+
+def torch_losses(model_path, cfg, steps, make_batch):
+    params, meta = read_safetensors(model_path)
+    graph = json.loads(meta["graph"])
+    for t in params.values():
+        t.requires_grad_(True)
+    o = cfg["optimizer"]["params"]
+    opt = torch.optim.AdamW(list(params.values()), lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.999))),
+                            eps=o.get("eps", 1e-8), weight_decay=o.get("weight_decay", 0.0))
+    micro = cfg["train_micro_batch_size_per_gpu"]
+    gas = cfg["gradient_accumulation_steps"]
+    batch = micro * gas
+    losses = []
+    for k in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg.get("scheduler"), o["lr"], k - 1)
+        opt.zero_grad()
+        total = 0.0
+        for a in range(gas):
+            inputs = make_batch(k * batch + a * micro, micro)
+            loss = forward(graph, params, inputs)
+            (loss / gas).backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["gradient_clipping"])
+        opt.step()
+        losses.append(total / gas)
+    return losses
+
+
+def run_zerorun(zr, model, cfg, steps, work, extra):
+    cpath = os.path.join(work, "ds.json")
+    with open(cpath, "w") as f:
+        json.dump(cfg, f)
+    log = os.path.join(work, "log")
+    cmd = [zr, "--config", cpath, model, "--steps", str(steps), "--log_dir", log] + extra
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"zerorun failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    with open(os.path.join(log, "metrics.jsonl")) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def compare(name, ours, ref, rtol=1e-4):
+    worst = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        print(f"  {name} step {i + 1:2d}: zerorun {a:.8f} torch {b:.8f} rel {abs(a - b) / abs(b):.2e}")
+    ok = len(ours) == len(ref) and worst <= rtol and ref[-1] < ref[0]
+    print(f"{name}: {len(ours)} steps, worst relative difference {worst:.2e} (limit {rtol:g}) -> "
+          f"{'PASS' if ok else 'FAIL'}")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--zerorun", required=True)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    zr = args.zerorun
+    ok = True
+    with tempfile.TemporaryDirectory() as work:
+        # --- MLP on the synthetic regression task -------------------------
+        mlp = os.path.join(work, "mlp.bin")
+        subprocess.run([zr, "init", "--arch", "mlp", "--in", "64", "--hidden", "128", "--out_features", "64",
+                        "--seed", "3", "-o", mlp], check=True, capture_output=True)
+        cfg = {"train_batch_size": 16, "train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1,
+               "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "weight_decay": 0.01}},
+               "gradient_clipping": 1.0,
+               "scheduler": {"type": "WarmupLR", "params": {"warmup_min_lr": 0.0, "warmup_max_lr": 3e-3,
+                                                            "warmup_num_steps": 5, "warmup_type": "linear"}}}
+        seed = 77
+
+        def mlp_batch(first, count):
+            x = np.zeros((count, 64))
+            for b in range(count):
+                for i in range(64):
+                    x[b, i] = 2.0 * hash_uniform(seed, (first + b) * 64 + i) - 1.0
+            x = x.astype(np.float32).astype(np.float64)
+            y = x[:, [(7 * j + 3) % 64 for j in range(64)]]
+            return {"x": torch.tensor(x), "y": torch.tensor(y)}
+
+        ours = run_zerorun(zr, mlp, cfg, 20, work, ["--seed", str(seed)])
+        ok &= compare("mlp", ours, torch_losses(mlp, cfg, 20, mlp_batch))
+
+        # --- tiny GPT-2 (L=2, C=64, H=4, T=32) on an llm.c token shard ----
+        gpt = os.path.join(work, "gpt.bin")
+        V, T = 128, 32
+        subprocess.run([zr, "init", "--arch", "gpt2", "--vocab", str(V), "--n_ctx", str(T), "--n_embd", "64",
+                        "--n_layer", "2", "--n_head", "4", "--seed", "5", "-o", gpt], check=True,
+                       capture_output=True)
+        rng = np.random.default_rng(0)
+        toks = [int(rng.integers(V))]
+        for _ in range(8000):  # a noisy Markov chain: learnable structure
+            toks.append((toks[-1] * 3 + 1) % V if rng.random() < 0.8 else int(rng.integers(V)))
+        shard = os.path.join(work, "tok_000.bin")
+        with open(shard, "wb") as f:
+            hdr = np.zeros(256, dtype=np.int32)
+            hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
+            f.write(hdr.tobytes())
+            f.write(np.array(toks, dtype=np.uint16).tobytes())
+        windows = (len(toks) - 1) // T
+        cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
+               "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
+               "gradient_clipping": 1.0,
+               "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 1e-3,
+                                                                 "warmup_num_steps": 4, "total_num_steps": 20}}}
+
+        def gpt_batch(first, count):
+            x = np.zeros((count, T), dtype=np.int64)
+            y = np.zeros((count, T), dtype=np.int64)
+            for b in range(count):
+                w = (first + b) % windows
+                x[b] = toks[w * T : w * T + T]
+                y[b] = toks[w * T + 1 : w * T + T + 1]
+            return {"tokens": torch.tensor(x), "targets": torch.tensor(y)}
+
+        ours = run_zerorun(zr, gpt, cfg, 20, work, ["--data", shard])
+        ok &= compare("gpt2", ours, torch_losses(gpt, cfg, 20, gpt_batch))
+    print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
