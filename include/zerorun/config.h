@@ -90,8 +90,8 @@ Config load_config(const std::string& path);
 
 struct ResolveContext {
   int world_size = 1;
-  int64_t hidden = 0;      // model width for bucket "auto" values (0 if unknown)
-  bool on_gpu = false;     // bf16/fp16 "auto" -> bf16 on GPUs, fp32 on CPU
+  int64_t hidden = 0;   // model width for bucket "auto" values (0 if unknown)
+  bool on_gpu = false;  // bf16/fp16 "auto" -> bf16 on GPUs, fp32 on CPU
   bool gpu_has_bf16 = true;
 };
 // DeepSpeed's batch rule + "auto" values. Throws with DeepSpeed's message.

@@ -28,7 +28,6 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
 
 // Picks a source for the model: token files for token models, "synthetic"
 // (or empty) for the built-in synthetic task matching the graph inputs.
-std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len,
-                                             uint64_t seed);
+std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed);
 
 }  // namespace zerorun

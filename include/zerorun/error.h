@@ -29,16 +29,16 @@ std::string concat(Args&&... args) {
 }  // namespace zerorun
 
 #define ZR_FAIL(...) throw ::zerorun::Error(::zerorun::detail::concat(__VA_ARGS__))
-#define ZR_CHECK(cond, ...)                                          \
-  do {                                                               \
+#define ZR_CHECK(cond, ...)                                                      \
+  do {                                                                           \
     if (!(cond)) throw ::zerorun::Error(::zerorun::detail::concat(__VA_ARGS__)); \
   } while (0)
 // Runs `stmt`; if it throws a zerorun::Error, rethrows it with `ctx` prefixed.
-#define ZR_WITH_CONTEXT(ctx, stmt)                                         \
-  do {                                                                     \
-    try {                                                                  \
-      stmt;                                                                \
-    } catch (const ::zerorun::Error& zr_e_) {                              \
-      throw zr_e_.with_context(::zerorun::detail::concat(ctx));            \
-    }                                                                      \
+#define ZR_WITH_CONTEXT(ctx, stmt)                              \
+  do {                                                          \
+    try {                                                       \
+      stmt;                                                     \
+    } catch (const ::zerorun::Error& zr_e_) {                   \
+      throw zr_e_.with_context(::zerorun::detail::concat(ctx)); \
+    }                                                           \
   } while (0)

@@ -15,7 +15,7 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
   void write(const void* data, size_t n);
-  void commit();  // fsync + rename + fsync of the directory
+  void commit();                                         // fsync + rename + fsync of the directory
   uint64_t crc32() const { return crc_ ^ 0xffffffffu; }  // of everything written
 
  private:

@@ -9,14 +9,14 @@
 namespace zerorun::kernels::cpu {
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major (OpenBLAS sgemm).
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          const float* B, float beta, float* C);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
+          float beta, float* C);
 
 // y = x W^T + b ; x [N, IN], W [OUT, IN], b [OUT] or null.
 void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out);
 // dx += dy W ; dw += dy^T x ; db += sum_rows dy. Any of dx/dw/db may be null.
-void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
-                int64_t in, int64_t out);
+void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N, int64_t in,
+                int64_t out);
 
 // y[i] = a[i] + b[i % nb]
 void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb);
@@ -53,8 +53,7 @@ void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, i
 // Mean softmax cross-entropy over N rows of logits [N, V]; returns the loss.
 double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V);
 // dlogits += dloss * (softmax(logits) - onehot(target)) / N
-void cross_entropy_bwd(const float* logits, const int32_t* targets, float dloss, float* dlogits, int64_t N,
-                       int64_t V);
+void cross_entropy_bwd(const float* logits, const int32_t* targets, float dloss, float* dlogits, int64_t N, int64_t V);
 double mse_fwd(const float* pred, const float* target, int64_t n);
 void mse_bwd(const float* pred, const float* target, float dloss, float* dpred, int64_t n);
 

@@ -46,8 +46,8 @@ void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_
   }
 }
 
-void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
-                int64_t in, int64_t out) {
+void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N, int64_t in,
+                int64_t out) {
   if (dx) gemm(false, false, N, in, out, 1.f, dy, w, 1.f, dx);
   if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
   if (db) {

@@ -23,8 +23,7 @@ double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N,
   return tot / static_cast<double>(N);
 }
 
-void cross_entropy_bwd(const float* logits, const int32_t* targets, float dloss, float* dlogits, int64_t N,
-                       int64_t V) {
+void cross_entropy_bwd(const float* logits, const int32_t* targets, float dloss, float* dlogits, int64_t N, int64_t V) {
   const float scale = dloss / static_cast<float>(N);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {

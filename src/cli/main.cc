@@ -23,8 +23,7 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--save_dir", o.save_dir, "checkpoint directory");
   app->add_option("--log_dir", o.log_dir, "write metrics.jsonl here");
   app->add_option("--seed", o.seed, "data seed (overrides train.seed)");
-  app->add_option("--micro_batch_size", o.micro_batch,
-                  "micro batch per rank (sets train_micro_batch_size_per_gpu)");
+  app->add_option("--micro_batch_size", o.micro_batch, "micro batch per rank (sets train_micro_batch_size_per_gpu)");
   app->add_option("--seq_len", o.seq_len, "sequence length for token models");
   app->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
 }
@@ -59,8 +58,8 @@ int cmd_estimate(const std::string& model_path, int world, const std::string& pr
   std::printf("%-8s %12s %12s %12s %12s   %s\n", "stage", "params", "grads", "optimizer", "total", "offload_optimizer");
   for (int st = 0; st <= 3; ++st) {
     double p = P * pb / (st >= 3 ? world : 1), g = P * gb / (st >= 2 ? world : 1), o = P * ob / (st >= 1 ? world : 1);
-    std::printf("ZeRO-%-3d %10.1fMiB %10.1fMiB %10.1fMiB %10.1fMiB   device %.1fMiB + host %.1fMiB\n", st,
-                p / 1048576, g / 1048576, o / 1048576, (p + g + o) / 1048576, (p + g) / 1048576, o / 1048576);
+    std::printf("ZeRO-%-3d %10.1fMiB %10.1fMiB %10.1fMiB %10.1fMiB   device %.1fMiB + host %.1fMiB\n", st, p / 1048576,
+                g / 1048576, o / 1048576, (p + g + o) / 1048576, (p + g) / 1048576, o / 1048576);
   }
   return 0;
 }

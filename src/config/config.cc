@@ -12,9 +12,12 @@ namespace zerorun {
 
 const char* precision_name(Precision p) {
   switch (p) {
-    case Precision::FP32: return "fp32";
-    case Precision::BF16: return "bf16";
-    case Precision::FP16: return "fp16";
+    case Precision::FP32:
+      return "fp32";
+    case Precision::BF16:
+      return "bf16";
+    case Precision::FP16:
+      return "fp16";
   }
   return "?";
 }
@@ -88,7 +91,6 @@ class Reader {
   Config& c_;
 };
 
-
 void parse_optimizer(Reader r, Config& c) {
   r.keys({"type", "params"}, {"legacy_fusion"});
   OptimizerConfig& o = c.optimizer;
@@ -147,8 +149,8 @@ void parse_scheduler(Reader r, Config& c) {
         "last_batch_iteration"}},
       {"OneCycle",
        {"cycle_min_lr", "cycle_max_lr", "decay_lr_rate", "cycle_first_step_size", "cycle_second_step_size",
-        "cycle_first_stair_count", "cycle_second_stair_count", "decay_step_size", "cycle_momentum",
-        "cycle_min_mom", "cycle_max_mom", "decay_mom_rate", "last_batch_iteration"}},
+        "cycle_first_stair_count", "cycle_second_stair_count", "decay_step_size", "cycle_momentum", "cycle_min_mom",
+        "cycle_max_mom", "decay_mom_rate", "last_batch_iteration"}},
       {"LRRangeTest",
        {"lr_range_test_min_lr", "lr_range_test_step_size", "lr_range_test_step_rate", "lr_range_test_staircase",
         "last_batch_iteration"}},
@@ -180,8 +182,8 @@ void parse_scheduler(Reader r, Config& c) {
 }
 
 void parse_loss_scale(Reader r, Config& c) {
-  r.keys({"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis",
-          "consecutive_hysteresis", "min_loss_scale"},
+  r.keys({"enabled", "loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "consecutive_hysteresis",
+          "min_loss_scale"},
          {"auto_cast", "fp16_master_weights_and_grads", "loss_scale_type"});
   c.fp16_enabled = r.bool_or_auto("enabled", "false");
   LossScaleConfig& l = c.loss_scale;
@@ -203,8 +205,8 @@ OffloadConfig parse_offload(Reader r, const Config& c, bool param) {
   if (param)
     r.keys({"device", "pin_memory"}, {"buffer_count", "buffer_size", "max_in_cpu", "nvme_path"});
   else
-    r.keys({"device", "pin_memory"}, {"buffer_count", "fast_init", "pipeline_read", "pipeline_write", "pipeline",
-                                      "nvme_path", "ratio"});
+    r.keys({"device", "pin_memory"},
+           {"buffer_count", "fast_init", "pipeline_read", "pipeline_write", "pipeline", "nvme_path", "ratio"});
   OffloadConfig o;
   o.device = r.str("device", "none");
   ZR_CHECK(o.device == "none" || o.device == "cpu", c.source, ": '", r.key("device"), "' \"", o.device,
@@ -222,8 +224,8 @@ void parse_zero(Reader r, Config& c) {
          {"load_from_fp32_weights", "cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory",
           "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
           "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
-          "pipeline_loading_checkpoint", "override_module_apply", "stage3_model_persistence_threshold",
-          "legacy_stage1", "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings"});
+          "pipeline_loading_checkpoint", "override_module_apply", "stage3_model_persistence_threshold", "legacy_stage1",
+          "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings"});
   ZeroConfig& z = c.zero;
   int64_t st = r.integer("stage", 0);
   ZR_CHECK(st >= 0 && st <= 3, c.source, ": 'zero_optimization.stage' must be 0, 1, 2 or 3, got ", st);
@@ -247,8 +249,8 @@ void parse_zero(Reader r, Config& c) {
   z.stage3_max_live_parameters = r.integer("stage3_max_live_parameters", z.stage3_max_live_parameters);
   z.stage3_max_reuse_distance = r.integer("stage3_max_reuse_distance", z.stage3_max_reuse_distance);
   z.sub_group_size = r.integer("sub_group_size", z.sub_group_size);
-  z.stage3_gather_16bit_weights_on_model_save = r.boolean(
-      "stage3_gather_16bit_weights_on_model_save", r.boolean("stage3_gather_fp16_weights_on_model_save", false));
+  z.stage3_gather_16bit_weights_on_model_save = r.boolean("stage3_gather_16bit_weights_on_model_save",
+                                                          r.boolean("stage3_gather_fp16_weights_on_model_save", false));
   for (auto* k : {"reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size"}) {
     std::optional<int64_t> v = r.int_or_auto(k, 1);
     ZR_CHECK(!v || *v > 0, c.source, ": 'zero_optimization.", k, "' must be positive");
@@ -277,16 +279,44 @@ Config parse_config(const json& j, const std::string& source) {
   c.source = source;
   c.raw = j;
   Reader r(j, "", c);
-  r.keys({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer",
-          "scheduler", "fp16", "bf16", "zero_optimization", "gradient_clipping", "steps_per_print",
-          "wall_clock_breakdown", "activation_checkpointing", "train", "zero_allow_untested_optimizer",
-          "prescale_gradients", "gradient_predivide_factor"},
-         {"amp", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comet", "comms_logger", "autotuning",
-          "elasticity", "compression_training", "data_efficiency", "curriculum_learning", "sparse_attention",
-          "pipeline", "communication_data_type", "dump_state", "memory_breakdown", "zero_force_ds_cpu_optimizer",
-          "checkpoint", "aio", "disable_allgather", "sparse_gradients", "data_types", "seq_parallel_communication_data_type",
-          "torch_autocast", "graph_harvesting", "use_data_before_expert_parallelism", "timers", "nebula",
-          "weight_quantization", "hybrid_engine", "eigenvalue", "progressive_layer_drop", "quantize_training"});
+  r.keys({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
+          "fp16", "bf16", "zero_optimization", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
+          "activation_checkpointing", "train", "zero_allow_untested_optimizer", "prescale_gradients",
+          "gradient_predivide_factor"},
+         {"amp",
+          "flops_profiler",
+          "tensorboard",
+          "wandb",
+          "csv_monitor",
+          "comet",
+          "comms_logger",
+          "autotuning",
+          "elasticity",
+          "compression_training",
+          "data_efficiency",
+          "curriculum_learning",
+          "sparse_attention",
+          "pipeline",
+          "communication_data_type",
+          "dump_state",
+          "memory_breakdown",
+          "zero_force_ds_cpu_optimizer",
+          "checkpoint",
+          "aio",
+          "disable_allgather",
+          "sparse_gradients",
+          "data_types",
+          "seq_parallel_communication_data_type",
+          "torch_autocast",
+          "graph_harvesting",
+          "use_data_before_expert_parallelism",
+          "timers",
+          "nebula",
+          "weight_quantization",
+          "hybrid_engine",
+          "eigenvalue",
+          "progressive_layer_drop",
+          "quantize_training"});
   auto batch_key = [&](const char* k) -> std::optional<int64_t> {
     if (!r.has(k) || r.is_auto(k)) return std::nullopt;
     int64_t v = r.integer(k, 0);

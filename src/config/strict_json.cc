@@ -151,14 +151,30 @@ class Parser {
       if (p_ >= t_.size()) fail("unterminated string", start);
       char e = t_[p_++];
       switch (e) {
-        case '"': s += '"'; break;
-        case '\\': s += '\\'; break;
-        case '/': s += '/'; break;
-        case 'b': s += '\b'; break;
-        case 'f': s += '\f'; break;
-        case 'n': s += '\n'; break;
-        case 'r': s += '\r'; break;
-        case 't': s += '\t'; break;
+        case '"':
+          s += '"';
+          break;
+        case '\\':
+          s += '\\';
+          break;
+        case '/':
+          s += '/';
+          break;
+        case 'b':
+          s += '\b';
+          break;
+        case 'f':
+          s += '\f';
+          break;
+        case 'n':
+          s += '\n';
+          break;
+        case 'r':
+          s += '\r';
+          break;
+        case 't':
+          s += '\t';
+          break;
         case 'u': {
           uint32_t cp = hex4();
           if (cp >= 0xd800 && cp < 0xdc00 && t_.compare(p_, 2, "\\u") == 0) {
@@ -169,7 +185,8 @@ class Parser {
           utf8(s, cp);
           break;
         }
-        default: fail(std::string("bad escape '\\") + e + "'", p_ - 2);
+        default:
+          fail(std::string("bad escape '\\") + e + "'", p_ - 2);
       }
     }
     return s;

@@ -20,22 +20,32 @@ size_t dtype_size(DType t) {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
-    case DType::F16: return "f16";
-    case DType::I32: return "i32";
-    case DType::U16: return "u16";
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::F16:
+      return "f16";
+    case DType::I32:
+      return "i32";
+    case DType::U16:
+      return "u16";
   }
   return "?";
 }
 
 const char* dtype_safetensors_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::BF16: return "BF16";
-    case DType::F16: return "F16";
-    case DType::I32: return "I32";
-    case DType::U16: return "U16";
+    case DType::F32:
+      return "F32";
+    case DType::BF16:
+      return "BF16";
+    case DType::F16:
+      return "F16";
+    case DType::I32:
+      return "I32";
+    case DType::U16:
+      return "U16";
   }
   return "?";
 }
@@ -79,10 +89,10 @@ uint16_t f32_to_f16(float f) {
   std::memcpy(&u, &f, 4);
   uint32_t sign = (u >> 16) & 0x8000u;
   uint32_t absu = u & 0x7fffffffu;
-  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (absu > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (absu >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow -> inf
-  if (absu < 0x38800000u) {  // subnormal or zero in f16
-    if (absu < 0x33000000u) return static_cast<uint16_t>(sign);  // rounds to zero
+  if (absu < 0x38800000u) {                                               // subnormal or zero in f16
+    if (absu < 0x33000000u) return static_cast<uint16_t>(sign);           // rounds to zero
     uint32_t exp = absu >> 23;
     uint32_t mant = (absu & 0x7fffffu) | 0x800000u;
     uint32_t shift = 126 - exp;  // 14 + (113 - exp) - 1 ... yields bits for 10-bit mantissa

@@ -16,12 +16,18 @@ MemStats g_stats;
 
 const char* mem_category_name(MemCategory c) {
   switch (c) {
-    case MemCategory::Params: return "params";
-    case MemCategory::Grads: return "grads";
-    case MemCategory::Optimizer: return "optimizer";
-    case MemCategory::Activations: return "activations";
-    case MemCategory::Buffers: return "buffers";
-    default: return "?";
+    case MemCategory::Params:
+      return "params";
+    case MemCategory::Grads:
+      return "grads";
+    case MemCategory::Optimizer:
+      return "optimizer";
+    case MemCategory::Activations:
+      return "activations";
+    case MemCategory::Buffers:
+      return "buffers";
+    default:
+      return "?";
   }
 }
 

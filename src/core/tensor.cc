@@ -67,8 +67,8 @@ void Tensor::zero_() const {
 }
 
 void Tensor::copy_from(const Tensor& src) const {
-  ZR_CHECK(src.numel() == numel() && src.dtype() == dtype_, "copy between tensors of ", shape_str(src.shape()),
-           " ", dtype_name(src.dtype()), " and ", shape_str(shape_), " ", dtype_name(dtype_));
+  ZR_CHECK(src.numel() == numel() && src.dtype() == dtype_, "copy between tensors of ", shape_str(src.shape()), " ",
+           dtype_name(src.dtype()), " and ", shape_str(shape_), " ", dtype_name(dtype_));
   std::memcpy(raw(), src.raw(), nbytes());
 }
 

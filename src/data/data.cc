@@ -182,8 +182,7 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
   f.commit();
 }
 
-std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len,
-                                             uint64_t seed) {
+std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed) {
   const Graph& g = m.graph;
   auto has_input = [&](const char* n, DType dt) {
     for (auto& in : g.inputs)

@@ -101,7 +101,8 @@ StepStats Engine::train_step(DataSource& data) {
       if (coef < 1.0) kernels::cpu::scale_inplace(g, static_cast<float>(coef), numel_);
     }
     LrMom lm = sched_->at(updates_ - 1);
-    double beta1 = lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
+    double beta1 =
+        lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
     opt_->step(master_.f32(), g, lm.lr, beta1);
     st.lr = lm.lr;
     ++updates_;
@@ -115,7 +116,8 @@ StepStats Engine::train_step(DataSource& data) {
 
 std::map<std::string, Tensor> Engine::master_weights() const {
   std::map<std::string, Tensor> r;
-  for (auto& [name, lay] : layout_) r[name] = Tensor::view_of(master_, lay.first, lay.second).clone(MemCategory::Buffers);
+  for (auto& [name, lay] : layout_)
+    r[name] = Tensor::view_of(master_, lay.first, lay.second).clone(MemCategory::Buffers);
   return r;
 }
 

@@ -55,8 +55,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     spdlog::info("model {}: {} parameters, graph {} ({} blocks)", o.model_path, model.num_params(), model.graph_hash,
                  model.graph.blocks.size());
     spdlog::info("world {} | ZeRO stage {} | batch {} = micro {} x gas {} x world {} | {} | optimizer {} lr {}",
-                 comm.size(), cfg.zero.stage, cfg.batch, cfg.micro, cfg.gas, comm.size(),
-                 precision_name(cfg.precision), cfg.optimizer.type, cfg.optimizer.lr);
+                 comm.size(), cfg.zero.stage, cfg.batch, cfg.micro, cfg.gas, comm.size(), precision_name(cfg.precision),
+                 cfg.optimizer.type, cfg.optimizer.lr);
     spdlog::info("data: {}", data->describe());
     spdlog::info("{}", engine.memory_report());
   }
@@ -76,8 +76,13 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     window_s += st.seconds;
     window_tok += st.tokens;
     if (metrics.is_open()) {
-      json j = {{"step", st.step}, {"loss", st.loss}, {"lr", st.lr}, {"grad_norm", st.grad_norm},
-                {"loss_scale", st.loss_scale}, {"skipped", st.skipped}, {"seconds", st.seconds}};
+      json j = {{"step", st.step},
+                {"loss", st.loss},
+                {"lr", st.lr},
+                {"grad_norm", st.grad_norm},
+                {"loss_scale", st.loss_scale},
+                {"skipped", st.skipped},
+                {"seconds", st.seconds}};
       metrics << j.dump() << "\n" << std::flush;
     }
     if (lead && (st.step % cfg.steps_per_print == 0 || st.step == cfg.train.steps || st.step == 1)) {

@@ -106,8 +106,7 @@ void Executor::backward(float loss_grad) {
       for (auto v : node_in_[i]) {
         c.in.push_back(values_[v]);
         Tensor& gv = value_grads_[v];
-        if (!gv.defined() && values_[v].dtype() == DType::F32)
-          gv = Tensor::zeros(values_[v].shape(), DType::F32);
+        if (!gv.defined() && values_[v].dtype() == DType::F32) gv = Tensor::zeros(values_[v].shape(), DType::F32);
         c.din.push_back(gv);
       }
       for (auto& [role, name] : n.params) {

@@ -1,7 +1,7 @@
 // Graph JSON (de)serialisation and whole-graph validation.
-#include <set>
-
 #include "zerorun/graph.h"
+
+#include <set>
 
 namespace zerorun {
 
@@ -31,8 +31,7 @@ std::vector<std::string> str_list(const json& j, const std::string& what) {
 Graph Graph::from_json(const json& j) {
   ZR_CHECK(j.is_object(), "graph must be a JSON object");
   Graph g;
-  for (const char* k : {"inputs", "blocks", "nodes", "loss"})
-    ZR_CHECK(j.contains(k), "graph has no '", k, "'");
+  for (const char* k : {"inputs", "blocks", "nodes", "loss"}) ZR_CHECK(j.contains(k), "graph has no '", k, "'");
   ZR_CHECK(j["inputs"].is_array(), "graph 'inputs' must be an array");
   for (auto& ij : j["inputs"]) {
     ZR_CHECK(ij.is_object() && ij.contains("name") && ij.contains("dtype") && ij.contains("shape"),
@@ -155,12 +154,11 @@ std::map<std::string, ValueInfo> Graph::validate(const std::map<std::string, Sha
       ins.push_back(it->second);
     }
     std::map<std::string, Shape> ps;
-    for (auto& r : op->required_params())
-      ZR_CHECK(n.params.count(r), where, ": missing param role '", r, "'");
+    for (auto& r : op->required_params()) ZR_CHECK(n.params.count(r), where, ": missing param role '", r, "'");
     for (auto& [role, name] : n.params) {
       auto req = op->required_params(), opt = op->optional_params();
-      bool known = std::find(req.begin(), req.end(), role) != req.end() ||
-                   std::find(opt.begin(), opt.end(), role) != opt.end();
+      bool known =
+          std::find(req.begin(), req.end(), role) != req.end() || std::find(opt.begin(), opt.end(), role) != opt.end();
       ZR_CHECK(known, where, ": unknown param role '", role, "'");
       auto it = param_shapes.find(name);
       ZR_CHECK(it != param_shapes.end(), where, ": param '", role, "' names tensor '", name,

@@ -57,6 +57,17 @@ class Builder {
     fill(name + ".bias", {C}, 0.f);
     return node("layernorm", {x}, name, {{"weight", name + ".weight"}, {"bias", name + ".bias"}}, {{"eps", 1e-5}});
   }
+  // Token-model inputs and the "embed" block: token + learned position tables.
+  std::string token_embed(const std::string& tok, const std::string& pos, int64_t V, int64_t T, int64_t C, double std) {
+    m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
+    block = "embed";
+    m.graph.blocks.push_back("embed");
+    normal(tok, {V, C}, std);
+    normal(pos, {T, C}, std);
+    node("embedding", {"tokens"}, "tok_emb", {{"weight", tok}});
+    node("embedding", {"tokens"}, "pos_emb", {{"weight", pos}}, {{"position", true}});
+    return node("add", {"tok_emb", "pos_emb"}, "x.0");
+  }
   Model done() {
     finalize_model(m);
     return std::move(m);
@@ -91,8 +102,8 @@ Model build_mlp(const MlpSpec& s, uint64_t seed) {
   b.node("mse", {x, "y"}, "loss");
   b.m.graph.loss = "loss";
   b.m.graph.meta["arch"] = "mlp";
-  b.m.graph.meta["arch_config"] = {{"in", s.in}, {"hidden", s.hidden}, {"out", s.out}, {"layers", s.layers},
-                                   {"act", s.act}};
+  b.m.graph.meta["arch_config"] = {
+      {"in", s.in}, {"hidden", s.hidden}, {"out", s.out}, {"layers", s.layers}, {"act", s.act}};
   return b.done();
 }
 
@@ -102,14 +113,7 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
   Builder b(seed);
   const int64_t C = s.n_embd;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
-  b.m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
-  b.block = "embed";
-  b.m.graph.blocks.push_back("embed");
-  b.normal("wte.weight", {s.vocab, C}, std);
-  b.normal("wpe.weight", {s.n_ctx, C}, std);
-  b.node("embedding", {"tokens"}, "tok_emb", {{"weight", "wte.weight"}});
-  b.node("embedding", {"tokens"}, "pos_emb", {{"weight", "wpe.weight"}}, {{"position", true}});
-  std::string x = b.node("add", {"tok_emb", "pos_emb"}, "x.0");
+  std::string x = b.token_embed("wte.weight", "wpe.weight", s.vocab, s.n_ctx, C, std);
   for (int64_t l = 0; l < s.n_layer; ++l) {
     std::string p = "h." + std::to_string(l);
     b.block = p;
@@ -138,7 +142,7 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
   b.m.graph.loss = "loss";
   b.m.graph.meta["arch"] = "gpt2";
   b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab}, {"n_positions", s.n_ctx}, {"n_embd", C},
-                                   {"n_layer", s.n_layer}, {"n_head", s.n_head}, {"tie_word_embeddings", s.tied}};
+                                   {"n_layer", s.n_layer},  {"n_head", s.n_head},     {"tie_word_embeddings", s.tied}};
   b.m.graph.meta["symbols"] = {{"T", s.n_ctx}};
   return b.done();
 }
@@ -151,14 +155,7 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
   Builder b(seed);
   const int64_t C = s.n_embd;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
-  b.m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
-  b.block = "embed";
-  b.m.graph.blocks.push_back("embed");
-  b.normal("embed_tokens.weight", {s.vocab, C}, std);
-  b.normal("embed_positions.weight", {s.n_ctx, C}, std);
-  b.node("embedding", {"tokens"}, "tok_emb", {{"weight", "embed_tokens.weight"}});
-  b.node("embedding", {"tokens"}, "pos_emb", {{"weight", "embed_positions.weight"}}, {{"position", true}});
-  std::string x = b.node("add", {"tok_emb", "pos_emb"}, "x.0");
+  std::string x = b.token_embed("embed_tokens.weight", "embed_positions.weight", s.vocab, s.n_ctx, C, std);
   auto rms = [&](const std::string& in, const std::string& name) {
     b.fill(name + ".weight", {C}, 1.f);
     return b.node("rmsnorm", {in}, name, {{"weight", name + ".weight"}}, {{"eps", 1e-6}});
@@ -187,9 +184,9 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
   b.node("cross_entropy", {x, "targets"}, "loss");
   b.m.graph.loss = "loss";
   b.m.graph.meta["arch"] = "llama";
-  b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab}, {"max_position_embeddings", s.n_ctx},
-                                   {"hidden_size", C},       {"num_hidden_layers", s.n_layer},
-                                   {"num_attention_heads", s.n_head}, {"intermediate_size", s.ffn}};
+  b.m.graph.meta["arch_config"] = {
+      {"vocab_size", s.vocab},          {"max_position_embeddings", s.n_ctx}, {"hidden_size", C},
+      {"num_hidden_layers", s.n_layer}, {"num_attention_heads", s.n_head},    {"intermediate_size", s.ffn}};
   b.m.graph.meta["symbols"] = {{"T", s.n_ctx}};
   return b.done();
 }

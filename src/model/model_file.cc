@@ -84,8 +84,7 @@ Model load_model(const std::string& path) {
 void save_model(const std::string& path, const Model& m) {
   std::vector<SafetensorsWriteItem> items;
   for (auto& name : m.tensor_names) items.push_back({name, m.tensors.at(name)});
-  write_safetensors(path, items,
-                    {{"format", "zerorun.model"}, {"version", "1"}, {"graph", m.graph.to_json().dump()}});
+  write_safetensors(path, items, {{"format", "zerorun.model"}, {"version", "1"}, {"graph", m.graph.to_json().dump()}});
 }
 
 }  // namespace zerorun

@@ -51,8 +51,7 @@ LrMom LrSchedule::at(int64_t it) const {
   }
   if (type_ == "WarmupCosineLR") {
     double nw = std::max(2.0, get("warmup_num_steps", 1000));
-    double total = get("total_num_steps", 0), wmin = get("warmup_min_ratio", 0.0),
-           cmin = get("cos_min_ratio", 0.0001);
+    double total = get("total_num_steps", 0), wmin = get("warmup_min_ratio", 0.0), cmin = get("cos_min_ratio", 0.0001);
     double ratio;
     if (step < nw) {
       ratio = wmin + warm_gamma(nw) * (1.0 - wmin);
@@ -131,7 +130,9 @@ void LossScaler::update(bool overflow) {
 }
 
 nlohmann::json LossScaler::state() const {
-  return {{"scale", scale_}, {"cur_iter", cur_iter_}, {"last_overflow_iter", last_overflow_iter_},
+  return {{"scale", scale_},
+          {"cur_iter", cur_iter_},
+          {"last_overflow_iter", last_overflow_iter_},
           {"cur_hysteresis", cur_hysteresis_}};
 }
 

@@ -93,7 +93,8 @@ TEST_CASE("DeepSpeed batch derivations", "[config]") {
   REQUIRE_THROWS_WITH(resolve_config(e, rc), Catch::Contains("10 != 3 * 1 * 2"));
   Config f = parse(R"({"optimizer": {"type": "Adam"}})");
   REQUIRE_THROWS_WITH(resolve_config(f, rc), Catch::Contains("train_batch_size or train_micro_batch_size_per_gpu"));
-  Config g = parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto"})");
+  Config g = parse(
+      R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": "auto"})");
   resolve_config(g, rc);
   REQUIRE(g.batch == 8);
 }
@@ -106,21 +107,25 @@ TEST_CASE("unknown keys are errors with a suggestion; known DeepSpeed keys warn"
   REQUIRE_THROWS_WITH(parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})"),
                       Catch::Contains("optimizer.params.betas"));
   REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 4}})"), Catch::Contains("must be 0, 1, 2 or 3, got 4"));
-  REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": "two"}})"), Catch::Contains("'zero_optimization.stage' must be an integer"));
+  REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": "two"}})"),
+                      Catch::Contains("'zero_optimization.stage' must be an integer"));
   REQUIRE_THROWS_WITH(parse(R"({"scheduler": {"type": "WarmupLr"}})"), Catch::Contains("did you mean \"WarmupLR\""));
-  REQUIRE_THROWS_WITH(parse(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"), Catch::Contains("cannot both"));
+  REQUIRE_THROWS_WITH(parse(R"({"fp16": {"enabled": true}, "bf16": {"enabled": true}})"),
+                      Catch::Contains("cannot both"));
   REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}})"),
                       Catch::Contains("needs stage 3"));
   REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})"),
                       Catch::Contains("NVMe"));
-  Config w = parse(R"({"train_batch_size": 8, "tensorboard": {"enabled": true}, "zero_optimization": {"stage": 1, "zero_quantized_weights": false}})");
+  Config w = parse(
+      R"({"train_batch_size": 8, "tensorboard": {"enabled": true}, "zero_optimization": {"stage": 1, "zero_quantized_weights": false}})");
   REQUIRE(w.warnings.size() == 2);
   REQUIRE_THAT(w.warnings[0], Catch::Contains("tensorboard"));
 }
 
 TEST_CASE("JSON syntax errors report line and column; duplicate keys rejected", "[config]") {
   REQUIRE_THROWS_WITH(parse_json_strict("{\n  \"a\": 1,\n  \"b\": ,\n}", "x.json"), Catch::Contains("x.json:3:8"));
-  REQUIRE_THROWS_WITH(parse_json_strict("{\"a\": 1,}", "x.json"), Catch::Contains("x.json:1:9") && Catch::Contains("trailing comma"));
+  REQUIRE_THROWS_WITH(parse_json_strict("{\"a\": 1,}", "x.json"),
+                      Catch::Contains("x.json:1:9") && Catch::Contains("trailing comma"));
   REQUIRE_THROWS_WITH(parse_json_strict("{\"a\": 1, \"a\": 2}", "x.json"),
                       Catch::Contains("x.json:1:10") && Catch::Contains("duplicate key \"a\""));
   REQUIRE_THROWS_WITH(parse_json_strict("{\"a\": \"abc", "x.json"), Catch::Contains("unterminated string"));

@@ -18,7 +18,7 @@ TEST_CASE("bf16 and f16 conversions round to nearest even", "[dtype]") {
   REQUIRE(f32_to_f16(1.0f) == 0x3c00);
   REQUIRE(f32_to_f16(-2.0f) == 0xc000);
   REQUIRE(f32_to_f16(65504.0f) == 0x7bff);
-  REQUIRE(f32_to_f16(70000.0f) == 0x7c00);  // overflow -> inf
+  REQUIRE(f32_to_f16(70000.0f) == 0x7c00);               // overflow -> inf
   REQUIRE(f16_to_f32(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
   REQUIRE(f32_to_f16(std::ldexp(1.0f, -24)) == 0x0001);
   REQUIRE(f32_to_f16(std::ldexp(1.0f, -26)) == 0x0000);

@@ -103,7 +103,10 @@ TEST_CASE("corrupt model.bin files are rejected naming the file and fault", "[mo
   write_file_atomic(bad, garbage);
   REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("not valid JSON"));
 
-  rewrite_header(good, bad, [](json& h) { h["wpe.weight"]["data_offsets"] = h["wte.weight"]["data_offsets"]; h["wpe.weight"]["shape"] = h["wte.weight"]["shape"]; });
+  rewrite_header(good, bad, [](json& h) {
+    h["wpe.weight"]["data_offsets"] = h["wte.weight"]["data_offsets"];
+    h["wpe.weight"]["shape"] = h["wte.weight"]["shape"];
+  });
   REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("overlap"));
 
   rewrite_header(good, bad, [](json& h) { h["wpe.weight"]["shape"] = {3, 3}; });

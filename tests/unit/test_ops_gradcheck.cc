@@ -254,7 +254,8 @@ TEST_CASE("causal attention gradcheck", "[ops]") {
           double mx = -1e300;
           for (int64_t u = 0; u <= t; ++u) {
             double d = 0;
-            for (int64_t i = 0; i < hs; ++i) d += q[(b * T + t) * 3 * C + h * hs + i] * q[(b * T + u) * 3 * C + C + h * hs + i];
+            for (int64_t i = 0; i < hs; ++i)
+              d += q[(b * T + t) * 3 * C + h * hs + i] * q[(b * T + u) * 3 * C + C + h * hs + i];
             s[u] = d / std::sqrt(static_cast<double>(hs));
             mx = std::max(mx, s[u]);
           }

@@ -24,14 +24,17 @@ TEST_CASE("WarmupLR log and linear", "[optim]") {
   REQUIRE(s.at(4).lr == Approx(std::log(5.0) / std::log(10.0)));
   REQUIRE(s.at(10).lr == 1.0);
   REQUIRE(s.at(50).lr == 1.0);
-  auto l = sched("WarmupLR", {{"warmup_min_lr", 0.1}, {"warmup_max_lr", 0.5}, {"warmup_num_steps", 4},
-                              {"warmup_type", "linear"}});
+  auto l = sched("WarmupLR",
+                 {{"warmup_min_lr", 0.1}, {"warmup_max_lr", 0.5}, {"warmup_num_steps", 4}, {"warmup_type", "linear"}});
   REQUIRE(l.at(2).lr == Approx(0.1 + 0.4 * 0.5));
 }
 
 TEST_CASE("WarmupDecayLR decays linearly to zero", "[optim]") {
-  auto s = sched("WarmupDecayLR", {{"warmup_min_lr", 0.0}, {"warmup_max_lr", 1.0}, {"warmup_num_steps", 10},
-                                   {"total_num_steps", 110}, {"warmup_type", "linear"}});
+  auto s = sched("WarmupDecayLR", {{"warmup_min_lr", 0.0},
+                                   {"warmup_max_lr", 1.0},
+                                   {"warmup_num_steps", 10},
+                                   {"total_num_steps", 110},
+                                   {"warmup_type", "linear"}});
   REQUIRE(s.at(5).lr == Approx(0.5));
   REQUIRE(s.at(10).lr == Approx(1.0));
   REQUIRE(s.at(60).lr == Approx(0.5));
@@ -40,8 +43,12 @@ TEST_CASE("WarmupDecayLR decays linearly to zero", "[optim]") {
 }
 
 TEST_CASE("WarmupCosineLR", "[optim]") {
-  auto s = sched("WarmupCosineLR", {{"total_num_steps", 20}, {"warmup_num_steps", 10}, {"warmup_min_ratio", 0.0},
-                                    {"cos_min_ratio", 0.0}, {"warmup_type", "linear"}},
+  auto s = sched("WarmupCosineLR",
+                 {{"total_num_steps", 20},
+                  {"warmup_num_steps", 10},
+                  {"warmup_min_ratio", 0.0},
+                  {"cos_min_ratio", 0.0},
+                  {"warmup_type", "linear"}},
                  2.0);
   REQUIRE(s.at(5).lr == Approx(1.0));
   // step 14: real_last = 5, real_total = 10 -> (1 + cos(pi/2)) / 2 = 0.5
@@ -50,9 +57,14 @@ TEST_CASE("WarmupCosineLR", "[optim]") {
 }
 
 TEST_CASE("OneCycle lr and momentum", "[optim]") {
-  auto s = sched("OneCycle", {{"cycle_min_lr", 0.1}, {"cycle_max_lr", 1.1}, {"cycle_first_step_size", 10},
-                              {"cycle_momentum", true}, {"cycle_min_mom", 0.8}, {"cycle_max_mom", 0.9},
-                              {"decay_step_size", 5}, {"decay_lr_rate", 1.0}});
+  auto s = sched("OneCycle", {{"cycle_min_lr", 0.1},
+                              {"cycle_max_lr", 1.1},
+                              {"cycle_first_step_size", 10},
+                              {"cycle_momentum", true},
+                              {"cycle_min_mom", 0.8},
+                              {"cycle_max_mom", 0.9},
+                              {"decay_step_size", 5},
+                              {"decay_lr_rate", 1.0}});
   REQUIRE(s.at(-1).lr == Approx(0.1));
   REQUIRE(*s.at(-1).beta1 == Approx(0.9));
   REQUIRE(s.at(4).lr == Approx(0.6));  // iteration 5 of a 10-step rise
@@ -63,11 +75,13 @@ TEST_CASE("OneCycle lr and momentum", "[optim]") {
 }
 
 TEST_CASE("LRRangeTest continuous and staircase", "[optim]") {
-  auto s = sched("LRRangeTest", {{"lr_range_test_min_lr", 0.01}, {"lr_range_test_step_size", 10},
-                                 {"lr_range_test_step_rate", 2.0}});
+  auto s = sched("LRRangeTest",
+                 {{"lr_range_test_min_lr", 0.01}, {"lr_range_test_step_size", 10}, {"lr_range_test_step_rate", 2.0}});
   REQUIRE(s.at(4).lr == Approx(0.01 * (1 + 2.0 * 0.5)));
-  auto st = sched("LRRangeTest", {{"lr_range_test_min_lr", 0.01}, {"lr_range_test_step_size", 10},
-                                  {"lr_range_test_step_rate", 2.0}, {"lr_range_test_staircase", true}});
+  auto st = sched("LRRangeTest", {{"lr_range_test_min_lr", 0.01},
+                                  {"lr_range_test_step_size", 10},
+                                  {"lr_range_test_step_rate", 2.0},
+                                  {"lr_range_test_staircase", true}});
   REQUIRE(st.at(4).lr == Approx(0.01));
   REQUIRE(st.at(9).lr == Approx(0.03));
 }

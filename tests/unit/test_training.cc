@@ -45,9 +45,13 @@ TEST_CASE("tiny GPT-2 and MLP losses fall", "[train]") {
   ms.hidden = 64;
   ms.out = 32;
   Model mlp = build_mlp(ms, 3);
-  auto lm = run(mlp, make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 3e-3}}})"), 60);
+  auto lm =
+      run(mlp, make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 3e-3}}})"), 60);
   REQUIRE(lm.back() < 0.5 * lm.front());
-  auto ls = run(mlp, make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": 0.9}}})"), 60);
+  auto ls =
+      run(mlp,
+          make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": 0.9}}})"),
+          60);
   REQUIRE(ls.back() < 0.7 * ls.front());
 }
 
@@ -75,7 +79,8 @@ TEST_CASE("activation checkpointing is bitwise identical", "[train]") {
 
 TEST_CASE("fp16 overflow skips the step and halves the scale", "[train]") {
   Model g = tiny_gpt();
-  Config c = make_cfg(R"({"train_batch_size": 4, "fp16": {"enabled": true, "initial_scale_power": 16, "hysteresis": 1, "min_loss_scale": 1}})");
+  Config c = make_cfg(
+      R"({"train_batch_size": 4, "fp16": {"enabled": true, "initial_scale_power": 16, "hysteresis": 1, "min_loss_scale": 1}})");
   auto comm = make_self_comm();
   Engine e(g, c, *comm, 10);
   int inject = 1;  // steps whose gradients get an inf / nan
@@ -112,9 +117,13 @@ TEST_CASE("fp16 overflow skips the step and halves the scale", "[train]") {
 
 TEST_CASE("bf16 mode trains with rounded compute weights", "[train]") {
   Model g = tiny_gpt();
-  auto l = run(g, make_cfg(R"({"train_batch_size": 8, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 30);
+  auto l = run(
+      g,
+      make_cfg(
+          R"({"train_batch_size": 8, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"),
+      30);
   auto f = run(g, make_cfg(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 30);
   REQUIRE(l.back() < 0.7 * l.front());
-  REQUIRE(l[0] != f[0]);                                  // rounding is really applied
+  REQUIRE(l[0] != f[0]);  // rounding is really applied
   REQUIRE(l[0] == Approx(f[0]).epsilon(1e-2));
 }

@@ -12,8 +12,8 @@ class Add : public Op {
     expect_f32(in[0], "a");
     expect_f32(in[1], "b");
     const Shape &a = in[0].shape, &b = in[1].shape;
-    ZR_CHECK(b.size() <= a.size() && std::equal(b.rbegin(), b.rend(), a.rbegin()), "cannot add ", shape_str(b),
-             " to ", shape_str(a), " (b must equal a or a suffix of a's shape)");
+    ZR_CHECK(b.size() <= a.size() && std::equal(b.rbegin(), b.rend(), a.rbegin()), "cannot add ", shape_str(b), " to ",
+             shape_str(a), " (b must equal a or a suffix of a's shape)");
     return {{a, DType::F32}};
   }
   void forward(NodeCtx& c) const override {

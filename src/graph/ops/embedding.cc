@@ -38,8 +38,7 @@ class Embedding : public Op {
     } else {
       const int32_t* id = ids.i32();
       for (int64_t i = 0; i < N; ++i)
-        ZR_CHECK(id[i] >= 0 && id[i] < V, "token id ", id[i], " at position ", i, " is outside the vocabulary of ",
-                 V);
+        ZR_CHECK(id[i] >= 0 && id[i] < V, "token id ", id[i], " at position ", i, " is outside the vocabulary of ", V);
       kernels::cpu::embedding_fwd(id, w.f32(), y.f32(), N, C);
     }
     c.out = {y};

@@ -46,8 +46,8 @@ class Mse : public Op {
     expect_inputs(in, 2);
     expect_f32(in[0], "prediction");
     expect_f32(in[1], "target");
-    ZR_CHECK(in[0].shape == in[1].shape, "prediction ", shape_str(in[0].shape), " and target ",
-             shape_str(in[1].shape), " differ");
+    ZR_CHECK(in[0].shape == in[1].shape, "prediction ", shape_str(in[0].shape), " and target ", shape_str(in[1].shape),
+             " differ");
     return {{{}, DType::F32}};
   }
   void forward(NodeCtx& c) const override {

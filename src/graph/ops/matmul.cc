@@ -9,8 +9,8 @@ struct Dims {
   bool shared_b;
 };
 Dims dims_of(const Shape& a, const Shape& b) {
-  ZR_CHECK(a.size() >= 2 && b.size() >= 2, "matmul needs inputs of at least 2 dimensions, got ", shape_str(a),
-           " and ", shape_str(b));
+  ZR_CHECK(a.size() >= 2 && b.size() >= 2, "matmul needs inputs of at least 2 dimensions, got ", shape_str(a), " and ",
+           shape_str(b));
   Dims d{1, a[a.size() - 2], a.back(), b.back(), b.size() == 2};
   ZR_CHECK(b[b.size() - 2] == d.K, "matmul inner dimensions differ: ", shape_str(a), " @ ", shape_str(b));
   for (size_t i = 0; i + 2 < a.size(); ++i) d.batch *= a[i];
@@ -38,8 +38,8 @@ class Matmul : public Op {
     Tensor y = new_out(o);
     const float *a = c.in[0].f32(), *b = c.in[1].f32();
     for (int64_t i = 0; i < d.batch; ++i)
-      kernels::cpu::gemm(false, false, d.M, d.N, d.K, 1.f, a + i * d.M * d.K, b + (d.shared_b ? 0 : i * d.K * d.N),
-                         0.f, y.f32() + i * d.M * d.N);
+      kernels::cpu::gemm(false, false, d.M, d.N, d.K, 1.f, a + i * d.M * d.K, b + (d.shared_b ? 0 : i * d.K * d.N), 0.f,
+                         y.f32() + i * d.M * d.N);
     c.out = {y};
   }
   void backward(NodeCtx& c) const override {

@@ -23,8 +23,7 @@ inline float attr_float(const Node& n, const char* key, float def) {
   return n.attrs[key].get<float>();
 }
 inline int64_t attr_int(const Node& n, const char* key) {
-  ZR_CHECK(n.attrs.contains(key) && n.attrs[key].is_number_integer(), "attribute '", key,
-           "' must be an integer");
+  ZR_CHECK(n.attrs.contains(key) && n.attrs[key].is_number_integer(), "attribute '", key, "' must be an integer");
   return n.attrs[key].get<int64_t>();
 }
 inline Tensor new_out(const Shape& s) { return Tensor::empty(s, DType::F32, MemCategory::Activations); }
