@@ -1,0 +1,58 @@
+// ZeRO shard arithmetic as a pure function: from parameter sizes (grouped,
+// e.g. one group per graph block), world size and alignment to padded flat
+// buffers and the range each rank owns. No I/O, no state: tested exhaustively.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace zerorun::zero {
+
+struct Range {
+  int64_t begin = 0, end = 0;  // half-open
+  int64_t size() const { return end - begin; }
+  bool empty() const { return end <= begin; }
+};
+
+struct ParamInput {
+  std::string name;
+  int64_t numel = 0;
+  int group = 0;  // params of one group are gathered / reduced together
+};
+
+struct ParamSlot {
+  std::string name;
+  int64_t numel = 0;
+  int group = 0;
+  int64_t offset = 0;  // element offset inside the whole padded flat buffer
+};
+
+struct Group {
+  int64_t offset = 0;  // start in the flat buffer
+  int64_t numel = 0;   // real elements
+  int64_t padded = 0;  // multiple of world * align
+  int64_t shard = 0;   // padded / world
+  std::vector<int> params;  // indices into Plan::params
+};
+
+struct Plan {
+  int world = 1;
+  int64_t align = 1;
+  int64_t total = 0;   // real elements
+  int64_t padded = 0;  // flat buffer length (sum of group paddings)
+  std::vector<ParamSlot> params;
+  std::vector<Group> groups;
+  // Rank r's part of group g, in flat-buffer coordinates.
+  Range owned(int group, int rank) const;
+  // Elements rank r owns in total (the same for every rank).
+  int64_t shard_numel() const;
+  // Part of param p owned by rank r, in the param's own coordinates (may be empty).
+  Range param_owned(int param, int rank) const;
+};
+
+// Groups keep the order given; params keep their order inside a group.
+// Throws Error on world < 1, align < 1, negative sizes, duplicate names or
+// group ids that are not 0..G-1 in first-appearance order.
+Plan plan(const std::vector<ParamInput>& params, int world, int64_t align);
+
+}  // namespace zerorun::zero

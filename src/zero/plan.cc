@@ -1,0 +1,75 @@
+// ZeRO partition plan: padded groups and per-rank shard ranges.
+#include <algorithm>
+#include <set>
+
+#include "zerorun/error.h"
+#include "zerorun/zero_plan.h"
+
+namespace zerorun::zero {
+
+Range Plan::owned(int g, int rank) const {
+  const Group& gr = groups.at(static_cast<size_t>(g));
+  return {gr.offset + rank * gr.shard, gr.offset + (rank + 1) * gr.shard};
+}
+
+int64_t Plan::shard_numel() const {
+  int64_t n = 0;
+  for (auto& g : groups) n += g.shard;
+  return n;
+}
+
+Range Plan::param_owned(int p, int rank) const {
+  const ParamSlot& s = params.at(static_cast<size_t>(p));
+  Range o = owned(s.group, rank);
+  int64_t b = std::max(o.begin, s.offset), e = std::min(o.end, s.offset + s.numel);
+  if (e <= b) return {0, 0};
+  return {b - s.offset, e - s.offset};
+}
+
+Plan plan(const std::vector<ParamInput>& in, int world, int64_t align) {
+  ZR_CHECK(world >= 1, "ZeRO plan: world size must be >= 1, got ", world);
+  ZR_CHECK(align >= 1, "ZeRO plan: alignment must be >= 1, got ", align);
+  Plan p;
+  p.world = world;
+  p.align = align;
+  std::set<std::string> names;
+  int next_group = 0;
+  for (auto& x : in) {
+    ZR_CHECK(x.numel >= 0, "ZeRO plan: parameter '", x.name, "' has negative size");
+    ZR_CHECK(names.insert(x.name).second, "ZeRO plan: parameter '", x.name, "' listed twice");
+    ZR_CHECK(x.group >= 0 && x.group <= next_group, "ZeRO plan: group ", x.group, " of '", x.name,
+             "' out of order (groups must be 0, 1, 2, ... in first-appearance order)");
+    if (x.group == next_group) {
+      p.groups.emplace_back();
+      ++next_group;
+    }
+  }
+  // Lay groups out one after another; inside a group, params in input order.
+  std::vector<std::vector<int>> members(p.groups.size());
+  for (size_t i = 0; i < in.size(); ++i) members[static_cast<size_t>(in[i].group)].push_back(static_cast<int>(i));
+  const int64_t unit = static_cast<int64_t>(world) * align;
+  int64_t off = 0;
+  p.params.resize(in.size());
+  for (size_t g = 0; g < p.groups.size(); ++g) {
+    Group& gr = p.groups[g];
+    gr.offset = off;
+    for (int i : members[g]) {
+      ParamSlot& s = p.params[static_cast<size_t>(i)];
+      s.name = in[static_cast<size_t>(i)].name;
+      s.numel = in[static_cast<size_t>(i)].numel;
+      s.group = static_cast<int>(g);
+      s.offset = off + gr.numel;
+      gr.numel += s.numel;
+      gr.params.push_back(i);
+    }
+    gr.padded = (gr.numel + unit - 1) / unit * unit;
+    if (gr.padded == 0) gr.padded = unit;  // every rank owns a non-empty, aligned piece
+    gr.shard = gr.padded / world;
+    off += gr.padded;
+    p.total += gr.numel;
+  }
+  p.padded = off;
+  return p;
+}
+
+}  // namespace zerorun::zero
