@@ -12,6 +12,14 @@ namespace zerorun {
 
 enum class ReduceOp { Sum, Max };
 
+// Completion handle of an asynchronous collective; wait() is idempotent and
+// the destructor waits, so buffers are never released under a running op.
+class CommHandle {
+ public:
+  virtual ~CommHandle() = default;
+  virtual void wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -26,6 +34,10 @@ class Communicator {
   void all_gather(const void* send, void* recv, int64_t count, DType dt);
   void broadcast(void* buf, int64_t count, DType dt, int root);
   void barrier();
+  // Asynchronous forms: the buffers must stay alive until wait().
+  std::unique_ptr<CommHandle> all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op);
+  std::unique_ptr<CommHandle> all_gather_async(const void* send, void* recv, int64_t count, DType dt);
+  std::unique_ptr<CommHandle> reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt);
   int64_t sequence() const { return seq_; }
 
  protected:
@@ -34,6 +46,10 @@ class Communicator {
   virtual void do_all_gather(const void* send, void* recv, int64_t count, DType dt) = 0;
   virtual void do_broadcast(void* buf, int64_t count, DType dt, int root) = 0;
   virtual void do_barrier() = 0;
+  // Default async = run now, return a completed handle.
+  virtual std::unique_ptr<CommHandle> do_all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op);
+  virtual std::unique_ptr<CommHandle> do_all_gather_async(const void* s, void* r, int64_t count, DType dt);
+  virtual std::unique_ptr<CommHandle> do_reduce_scatter_async(const void* s, void* r, int64_t count, DType dt);
 
  private:
   void check(const char* op, int64_t count, const void* a, const void* b);
@@ -41,5 +57,9 @@ class Communicator {
 };
 
 std::unique_ptr<Communicator> make_self_comm();
+// MPI over host buffers (initialises MPI if needed; finalises at exit).
+std::unique_ptr<Communicator> make_mpi_comm();
+// True when this process was started by mpirun/srun with more than one rank.
+bool launched_by_mpi();
 
 }  // namespace zerorun

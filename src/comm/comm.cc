@@ -31,6 +31,41 @@ void Communicator::broadcast(void* buf, int64_t count, DType dt, int root) {
   ZR_CHECK(root >= 0 && root < size(), "broadcast #", seq_, ": root ", root, " outside world of ", size());
   if (count) do_broadcast(buf, count, dt, root);
 }
+namespace {
+struct DoneHandle : CommHandle {
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<CommHandle> Communicator::do_all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op) {
+  do_all_reduce(buf, count, dt, op);
+  return std::make_unique<DoneHandle>();
+}
+std::unique_ptr<CommHandle> Communicator::do_all_gather_async(const void* s, void* r, int64_t count, DType dt) {
+  do_all_gather(s, r, count, dt);
+  return std::make_unique<DoneHandle>();
+}
+std::unique_ptr<CommHandle> Communicator::do_reduce_scatter_async(const void* s, void* r, int64_t count, DType dt) {
+  do_reduce_scatter(s, r, count, dt);
+  return std::make_unique<DoneHandle>();
+}
+std::unique_ptr<CommHandle> Communicator::all_reduce_async(void* buf, int64_t count, DType dt, ReduceOp op) {
+  check("all_reduce_async", count, buf, buf);
+  if (!count) return std::make_unique<DoneHandle>();
+  return do_all_reduce_async(buf, count, dt, op);
+}
+std::unique_ptr<CommHandle> Communicator::all_gather_async(const void* send, void* recv, int64_t count, DType dt) {
+  check("all_gather_async", count, send, recv);
+  if (!count) return std::make_unique<DoneHandle>();
+  return do_all_gather_async(send, recv, count, dt);
+}
+std::unique_ptr<CommHandle> Communicator::reduce_scatter_async(const void* send, void* recv, int64_t count,
+                                                               DType dt) {
+  check("reduce_scatter_async", count, send, recv);
+  if (!count) return std::make_unique<DoneHandle>();
+  return do_reduce_scatter_async(send, recv, count, dt);
+}
+
 void Communicator::barrier() {
   ++seq_;
   do_barrier();
