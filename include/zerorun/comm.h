@@ -61,5 +61,7 @@ std::unique_ptr<Communicator> make_self_comm();
 std::unique_ptr<Communicator> make_mpi_comm();
 // True when this process was started by mpirun/srun with more than one rank.
 bool launched_by_mpi();
+// Ends every rank of an MPI job (after this rank printed why).
+[[noreturn]] void mpi_abort_job(int code);
 
 }  // namespace zerorun

@@ -12,6 +12,7 @@
 #include "zerorun/graph.h"
 #include "zerorun/model.h"
 #include "zerorun/optim.h"
+#include "zerorun/zero_plan.h"
 
 namespace zerorun {
 
@@ -47,6 +48,7 @@ class Engine {
   Communicator& comm_;
   int64_t numel_ = 0, seq_len_ = 0;
   std::map<std::string, std::pair<int64_t, Shape>> layout_;  // name -> (offset, shape)
+  zero::Plan plan_;                                          // flat layout: one group per graph block
   Tensor master_, compute_, grads_;
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<Optimizer> opt_;

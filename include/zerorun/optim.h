@@ -15,6 +15,10 @@ class Optimizer {
   Optimizer(const OptimizerConfig& cfg, int64_t n);
   // One update of p[0..n) from g; `lr` and `beta1` come from the scheduler.
   void step(float* p, const float* g, double lr, double beta1);
+  // Sharded form: begin_step() once per optimizer step, then update() on
+  // pieces; `state_offset` locates the piece inside this optimizer's state.
+  void begin_step() { ++steps_; }
+  void update(float* p, const float* g, int64_t state_offset, int64_t n, double lr, double beta1);
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
   // State tensors by name ("exp_avg", "exp_avg_sq" / "momentum_buffer").

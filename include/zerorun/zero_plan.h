@@ -28,10 +28,10 @@ struct ParamSlot {
 };
 
 struct Group {
-  int64_t offset = 0;  // start in the flat buffer
-  int64_t numel = 0;   // real elements
-  int64_t padded = 0;  // multiple of world * align
-  int64_t shard = 0;   // padded / world
+  int64_t offset = 0;       // start in the flat buffer
+  int64_t numel = 0;        // real elements
+  int64_t padded = 0;       // multiple of world * align
+  int64_t shard = 0;        // padded / world
   std::vector<int> params;  // indices into Plan::params
 };
 

@@ -1,9 +1,13 @@
 // The `zerorun` command: launch (default), train, init, report, estimate.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <iostream>
+#include <thread>
 
 #include "zerorun/build_info.h"
 #include "zerorun/config.h"
@@ -64,6 +68,40 @@ int cmd_estimate(const std::string& model_path, int world, const std::string& pr
   return 0;
 }
 
+// Builds the mpirun command (an argv array, never a shell string) that starts
+// `ranks` copies of `zerorun train` with the same options.
+std::vector<std::string> mpirun_argv(int ranks, const TrainOptions& o) {
+  std::vector<std::string> a = {ZERORUN_MPIRUN};
+  if (geteuid() == 0) a.push_back("--allow-run-as-root");
+  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  if (static_cast<unsigned>(ranks) > cores) a.push_back("--oversubscribe");
+  int threads = std::max(1, static_cast<int>(cores) / ranks);
+  for (const std::string& x : std::vector<std::string>{"-np", std::to_string(ranks), "--bind-to", "none", "-x",
+                                                       "OMP_NUM_THREADS=" + std::to_string(threads)})
+    a.push_back(x);
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  ZR_CHECK(n > 0, "cannot find the zerorun executable (/proc/self/exe)");
+  a.push_back(std::string(self, static_cast<size_t>(n)));
+  a.push_back("train");
+  a.push_back(o.model_path);
+  a.push_back("--config");
+  a.push_back(o.config_path);
+  auto opt = [&](const char* flag, const std::string& v) {
+    a.push_back(flag);
+    a.push_back(v);
+  };
+  if (o.steps) opt("--steps", std::to_string(*o.steps));
+  if (o.data) opt("--data", *o.data);
+  if (o.save_dir) opt("--save_dir", *o.save_dir);
+  if (o.log_dir) opt("--log_dir", *o.log_dir);
+  if (o.seed) opt("--seed", std::to_string(*o.seed));
+  if (o.micro_batch) opt("--micro_batch_size", std::to_string(*o.micro_batch));
+  if (o.seq_len) opt("--seq_len", std::to_string(*o.seq_len));
+  opt("--device", o.device);
+  return a;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,6 +125,8 @@ int main(int argc, char** argv) {
   app.add_option("--micro_batch_size", launch.micro_batch, "micro batch per rank");
   app.add_option("--seq_len", launch.seq_len, "sequence length");
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  bool dry_run = false;
+  app.add_flag("--dry_run", dry_run, "print the mpirun command instead of running it");
 
   TrainOptions train;
   auto* train_cmd = app.add_subcommand("train", "train on one rank (what the launcher starts per rank)");
@@ -131,8 +171,17 @@ int main(int argc, char** argv) {
   }
   try {
     if (*train_cmd) {
-      auto comm = make_self_comm();
-      return run_training(train, *comm);
+      std::unique_ptr<Communicator> comm = launched_by_mpi() ? make_mpi_comm() : make_self_comm();
+      try {
+        return run_training(train, *comm);
+      } catch (const Error& e) {
+        if (comm->size() > 1) {
+          std::fprintf(stderr, "zerorun: error on rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
+          std::fflush(stderr);
+          mpi_abort_job(1);
+        }
+        throw;
+      }
     }
     if (*init_cmd) {
       llama.vocab = gpt.vocab;
@@ -153,8 +202,21 @@ int main(int argc, char** argv) {
       return 2;
     }
     ZR_CHECK(num_gpus >= 1, "--num_gpus must be >= 1, got ", num_gpus);
-    ZR_CHECK(num_gpus == 1, "--num_gpus ", num_gpus, ": multi-rank launch is not implemented yet");
     launch.device = device;
+    if (num_gpus > 1 || dry_run) {
+      std::vector<std::string> argv_s = mpirun_argv(num_gpus, launch);
+      if (dry_run) {
+        for (size_t i = 0; i < argv_s.size(); ++i) std::printf("%s%s", i ? " " : "", argv_s[i].c_str());
+        std::printf("\n");
+        return 0;
+      }
+      std::vector<char*> av;
+      for (auto& x : argv_s) av.push_back(x.data());
+      av.push_back(nullptr);
+      std::fflush(stdout);
+      execvp(av[0], av.data());
+      ZR_FAIL("cannot start ", argv_s[0], ": ", std::strerror(errno), " (install openmpi-bin)");
+    }
     auto comm = make_self_comm();
     return run_training(launch, *comm);
   } catch (const Error& e) {

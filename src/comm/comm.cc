@@ -59,8 +59,7 @@ std::unique_ptr<CommHandle> Communicator::all_gather_async(const void* send, voi
   if (!count) return std::make_unique<DoneHandle>();
   return do_all_gather_async(send, recv, count, dt);
 }
-std::unique_ptr<CommHandle> Communicator::reduce_scatter_async(const void* send, void* recv, int64_t count,
-                                                               DType dt) {
+std::unique_ptr<CommHandle> Communicator::reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt) {
   check("reduce_scatter_async", count, send, recv);
   if (!count) return std::make_unique<DoneHandle>();
   return do_reduce_scatter_async(send, recv, count, dt);

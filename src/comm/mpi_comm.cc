@@ -46,19 +46,26 @@ Ops& ops() {
 
 MPI_Datatype mpi_type(DType dt) {
   switch (dt) {
-    case DType::F32: return MPI_FLOAT;
-    case DType::I32: return MPI_INT32_T;
-    default: return MPI_UINT16_T;
+    case DType::F32:
+      return MPI_FLOAT;
+    case DType::I32:
+      return MPI_INT32_T;
+    default:
+      return MPI_UINT16_T;
   }
 }
 
 MPI_Op mpi_op(DType dt, ReduceOp op) {
   bool mx = op == ReduceOp::Max;
   switch (dt) {
-    case DType::BF16: return mx ? ops().bf16_max : ops().bf16_sum;
-    case DType::F16: return mx ? ops().f16_max : ops().f16_sum;
-    case DType::U16: ZR_FAIL("reductions over u16 are not supported");
-    default: return mx ? MPI_MAX : MPI_SUM;
+    case DType::BF16:
+      return mx ? ops().bf16_max : ops().bf16_sum;
+    case DType::F16:
+      return mx ? ops().f16_max : ops().f16_sum;
+    case DType::U16:
+      ZR_FAIL("reductions over u16 are not supported");
+    default:
+      return mx ? MPI_MAX : MPI_SUM;
   }
 }
 
@@ -120,8 +127,8 @@ class MpiComm : public Communicator {
   void do_barrier() override { mpi_check(MPI_Barrier(MPI_COMM_WORLD), "barrier"); }
   std::unique_ptr<CommHandle> do_all_reduce_async(void* buf, int64_t n, DType dt, ReduceOp op) override {
     auto h = std::make_unique<MpiHandle>();
-    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n, "all_reduce"), mpi_type(dt), mpi_op(dt, op),
-                             MPI_COMM_WORLD, &h->req),
+    mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, to_int(n, "all_reduce"), mpi_type(dt), mpi_op(dt, op), MPI_COMM_WORLD,
+                             &h->req),
               "all_reduce_async");
     return h;
   }
@@ -146,6 +153,13 @@ class MpiComm : public Communicator {
 }  // namespace
 
 std::unique_ptr<Communicator> make_mpi_comm() { return std::make_unique<MpiComm>(); }
+
+void mpi_abort_job(int code) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) MPI_Abort(MPI_COMM_WORLD, code);
+  std::exit(code);
+}
 
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {

@@ -3,6 +3,7 @@
 #include "zerorun/engine.h"
 
 #include <cmath>
+#include <set>
 #include <sstream>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -21,11 +22,24 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   }
   std::map<std::string, int64_t> syms = {{"B", cfg_.micro}, {"T", seq_len_ ? seq_len_ : 1}};
   model_.graph.validate(model_.param_shapes(), syms);
-  for (auto& name : model_.tensor_names) {
-    const Tensor& t = model_.tensors.at(name);
-    layout_[name] = {numel_, t.shape()};
-    numel_ += t.numel();
+  ZR_CHECK(comm.size() == 1 || cfg_.zero.stage <= 1, "ZeRO stage ", cfg_.zero.stage, " across ", comm.size(),
+           " ranks is not implemented yet (stages 0 and 1 are); use \"stage\": 1 or one rank");
+  // Flat layout from the ZeRO plan: one group per block (by first use).
+  std::vector<zero::ParamInput> pin;
+  {
+    std::map<std::string, int> block_group;
+    std::set<std::string> seen;
+    int next = 0;
+    for (auto& n : model_.graph.nodes)
+      for (auto& [role, name] : n.params) {
+        if (!seen.insert(name).second) continue;
+        if (!block_group.count(n.block)) block_group[n.block] = next++;
+        pin.push_back({name, model_.tensors.at(name).numel(), block_group[n.block]});
+      }
   }
+  plan_ = zero::plan(pin, comm.size(), 1);
+  for (auto& slot : plan_.params) layout_[slot.name] = {slot.offset, model_.tensors.at(slot.name).shape()};
+  numel_ = plan_.padded;
   const bool mixed = cfg_.precision != Precision::FP32;
   // In fp32 the master copy is the model's weights; with 16-bit compute it is optimizer state.
   master_ = Tensor::zeros({numel_}, DType::F32, mixed ? MemCategory::Optimizer : MemCategory::Params);
@@ -44,7 +58,8 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   if (cfg_.activation_checkpointing)
     for (size_t b = 0; b < model_.graph.blocks.size(); ++b)
       exec_->checkpoint_block[b] = b != 0 && b + 1 != model_.graph.blocks.size();
-  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, numel_);
+  // Stage >= 1: this rank keeps optimizer state for its shard only.
+  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, cfg_.zero.stage >= 1 ? plan_.shard_numel() : numel_);
   sched_ = std::make_unique<LrSchedule>(cfg_.scheduler, cfg_.optimizer, total_steps);
   scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale, cfg_.precision == Precision::FP16);
   refresh_compute_params();
@@ -103,7 +118,25 @@ StepStats Engine::train_step(DataSource& data) {
     LrMom lm = sched_->at(updates_ - 1);
     double beta1 =
         lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
-    opt_->step(master_.f32(), g, lm.lr, beta1);
+    if (cfg_.zero.stage == 0) {
+      opt_->step(master_.f32(), g, lm.lr, beta1);
+    } else {
+      opt_->begin_step();
+      int64_t state_off = 0;
+      for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
+        zero::Range own = plan_.owned(static_cast<int>(gi), r);
+        opt_->update(master_.f32() + own.begin, g + own.begin, state_off, own.size(), lm.lr, beta1);
+        state_off += own.size();
+      }
+      if (W > 1) {  // every rank gets the updated shards of all others
+        for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
+          const zero::Group& grp = plan_.groups[gi];
+          zero::Range own = plan_.owned(static_cast<int>(gi), r);
+          std::vector<float> mine(master_.f32() + own.begin, master_.f32() + own.end);
+          comm_.all_gather(mine.data(), master_.f32() + grp.offset, grp.shard, DType::F32);
+        }
+      }
+    }
     st.lr = lm.lr;
     ++updates_;
     refresh_compute_params();

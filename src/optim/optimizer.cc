@@ -10,13 +10,18 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, int64_t n) : cfg_(cfg), n_(n) {
 }
 
 void Optimizer::step(float* p, const float* g, double lr, double beta1) {
-  ++steps_;
+  begin_step();
+  update(p, g, 0, n_, lr, beta1);
+}
+
+void Optimizer::update(float* p, const float* g, int64_t off, int64_t n, double lr, double beta1) {
+  ZR_CHECK(off >= 0 && off + n <= n_, "optimizer update [", off, ", ", off + n, ") outside its state of ", n_);
   if (cfg_.type == "SGD") {
-    kernels::cpu::sgd_step(p, g, m_.f32(), n_, static_cast<float>(lr), static_cast<float>(beta1),
+    kernels::cpu::sgd_step(p, g, m_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
                            static_cast<float>(cfg_.dampening), static_cast<float>(cfg_.weight_decay), cfg_.nesterov,
                            steps_ == 1);
   } else {
-    kernels::cpu::adam_step(p, g, m_.f32(), v_.f32(), n_, static_cast<float>(lr), static_cast<float>(beta1),
+    kernels::cpu::adam_step(p, g, m_.f32() + off, v_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
                             static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
                             static_cast<float>(cfg_.weight_decay), cfg_.adam_w_mode, cfg_.bias_correction, steps_);
   }

@@ -80,7 +80,8 @@ int main() {
     h2->wait();
     h2->wait();  // idempotent
     ok = true;
-    for (int r = 0; r < W; ++r) ok = ok && fa[r * n] == static_cast<float>(r) && fa[r * n + n - 1] == static_cast<float>(r);
+    for (int r = 0; r < W; ++r)
+      ok = ok && fa[r * n] == static_cast<float>(r) && fa[r * n + n - 1] == static_cast<float>(r);
     for (int64_t i = 0; i < n; ++i) ok = ok && b[i] == static_cast<float>(W);
     expect(ok, "async all_gather + all_reduce", R);
     // broadcast from the last rank
