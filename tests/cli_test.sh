@@ -86,12 +86,18 @@ expect_fail "seq_len beyond context" "exceeds the model's context" "$ZR" --confi
 expect_fail "unknown arch" "--arch must be" "$ZR" init --arch resnet -o x.bin
 expect_fail "no model given" "give a model.bin" "$ZR" --config c.json
 
-# Multi-rank: the tiny config's batch rule holds on 2 ranks; stage 2 sharding across ranks is not implemented
-# yet and must say so on every rank and end the whole job (no hang, no leftover ranks).
+# Multi-rank through mpirun: the seed configs as they are.
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-expect_fail "stage 2 across ranks fails loudly" "not implemented yet" \
-  "$ZR" --num_gpus 2 --config "$CONFIGS/ds_config_tiny_zero2_fp16.json" mlp.bin --micro_batch_size 8 --steps 3
-if pgrep -f "zerorun train mlp.bin" >/dev/null; then bad "ranks left behind"; else ok "no ranks left behind"; fi
+expect_ok "tiny fp16 ZeRO-2 MLP config on 2 ranks, micro 8" "batch 16 = micro 8 x gas 1 x world 2.*|step +5/5 \| loss" \
+  "$ZR" --num_gpus 2 --config "$CONFIGS/ds_config_tiny_zero2_fp16.json" mlp.bin --micro_batch_size 8 --steps 5
+expect_ok "zero3 offload config on 3 ranks" "step +3/3" \
+  "$ZR" --num_gpus 3 --config "$CONFIGS/ds_config_zero3.json" gpt.bin --steps 3
+expect_ok "zero2 offload bf16 config on 2 ranks" "step +3/3" \
+  "$ZR" --num_gpus 2 --config "$CONFIGS/ds_config_zero2_offload.json" llama.bin --steps 3
+# A bad input seen by every rank ends the whole job with the message (no hang, no leftover ranks).
+expect_fail "error on all ranks ends the job" "exceeds the model's context" \
+  "$ZR" --num_gpus 2 --config c.json gpt.bin --seq_len 64 --steps 1
+if pgrep -f "zerorun train gpt.bin" >/dev/null; then bad "ranks left behind"; else ok "no ranks left behind"; fi
 expect_ok "dry run prints the mpirun argv" "-np 3 .*zerorun train gpt.bin --config c.json --steps 2" \
   "$ZR" --num_gpus 3 --config c.json gpt.bin --steps 2 --dry_run
 

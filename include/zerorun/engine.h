@@ -1,10 +1,16 @@
 // The training engine (like deepspeed.initialize's engine): micro-batches ->
 // forward/backward -> gradient reduction -> unscale/overflow check -> clip ->
-// optimizer step -> refresh compute weights. Holds the flat master weights.
+// optimizer step -> refresh compute weights, with ZeRO stages 0-3:
+//   0: full grads all-reduced, full optimizer on every rank;
+//   1: + optimizer state (and 16-bit mode's fp32 master) sharded;
+//   2: + gradients reduce-scattered per bucket as blocks finish backward;
+//   3: + parameters sharded, gathered per bucket before a block's forward and
+//      backward (next block prefetched asynchronously) and freed after.
 #pragma once
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <set>
 
 #include "zerorun/comm.h"
 #include "zerorun/config.h"
@@ -24,37 +30,75 @@ struct StepStats {
   int64_t tokens = 0;  // tokens (or samples) processed by all ranks
 };
 
+// Bytes this rank keeps between steps for model states.
+struct ModelStateBytes {
+  int64_t params = 0, grads = 0, optimizer = 0;
+  int64_t total() const { return params + grads + optimizer; }
+};
+
 class Engine {
  public:
   // `cfg` must be resolved for comm.size().
   Engine(const Model& model, const Config& cfg, Communicator& comm, int64_t total_steps);
+  ~Engine();
   StepStats train_step(DataSource& data);
   int64_t global_step() const { return global_step_; }
   int64_t samples_seen() const { return global_step_ * cfg_.batch; }
-  // Full fp32 master weights by name (gathered).
-  std::map<std::string, Tensor> master_weights() const;
+  // Full fp32 master weights by name (gathered from all ranks: collective).
+  std::map<std::string, Tensor> master_weights();
   const Model& model() const { return model_; }
   const Config& config() const { return cfg_; }
+  const zero::Plan& plan() const { return plan_; }
   std::string memory_report() const;
+  ModelStateBytes model_state_bytes() const;
   int64_t seq_len() const { return seq_len_; }
-  // Called with this rank's local gradients after backward, before any
-  // reduction (tests use it to inject inf/nan on one rank).
+  // Called with this rank's gradient buffer before the cross-rank overflow
+  // agreement (tests use it to inject inf/nan on one rank).
   std::function<void(float* grads, int64_t n)> after_backward;
 
  private:
+  struct GroupRt {
+    Tensor full;                         // stage 3: gathered params (padded group)
+    std::unique_ptr<CommHandle> gather;  // in-flight prefetch
+    Tensor work_grad;                    // stage 2/3: this micro-batch's full group grads
+    bool persistent = false;             // stage 3: below the persistence threshold
+  };
+  void build_layout();
   void refresh_compute_params();
+  // stage 3 parameter life cycle
+  void start_gather(int g);
+  void ensure_live(int g);
+  void release(int g);
+  void bind_params(int g, bool live);
+  void on_block(size_t b, bool forward, bool before);
+  // stage 2/3 gradient buckets
+  void begin_grads(size_t b);
+  void finish_grads(size_t b);
+  float* owned_master(int g);  // this rank's fp32 master piece of group g
+  void gather_after_step();
+
   const Model& model_;
   Config cfg_;
   Communicator& comm_;
-  int64_t numel_ = 0, seq_len_ = 0;
-  std::map<std::string, std::pair<int64_t, Shape>> layout_;  // name -> (offset, shape)
-  zero::Plan plan_;                                          // flat layout: one group per graph block
-  Tensor master_, compute_, grads_;
+  int stage_ = 0;
+  bool mixed_ = false;
+  int64_t seq_len_ = 0;
+  zero::Plan plan_;
+  std::vector<int64_t> shard_off_;              // group -> offset inside this rank's shard arrays
+  std::vector<std::vector<int>> block_groups_;  // groups each block uses
+  std::vector<size_t> ready_block_;             // group -> block after whose backward its grads are complete
+  std::vector<GroupRt> rt_;
+  Tensor compute_;      // stages 0-2: full padded compute params
+  Tensor param_shard_;  // stage 3: this rank's compute-param shard
+  Tensor master_;       // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
+  Tensor grads_full_;   // stages 0-1
+  Tensor grads_shard_;  // stages 2-3
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<LrSchedule> sched_;
   std::unique_ptr<LossScaler> scaler_;
   int64_t global_step_ = 0, updates_ = 0;
+  bool in_backward_ = false;
 };
 
 }  // namespace zerorun

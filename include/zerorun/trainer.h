@@ -13,6 +13,7 @@ struct TrainOptions {
   std::optional<int64_t> steps, micro_batch, seq_len;
   std::optional<uint64_t> seed;
   std::optional<std::string> data, save_dir, log_dir;
+  std::string final_weights;  // write the trained fp32 weights (safetensors) here
   std::string device = "cpu";
 };
 

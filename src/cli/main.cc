@@ -30,6 +30,7 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--micro_batch_size", o.micro_batch, "micro batch per rank (sets train_micro_batch_size_per_gpu)");
   app->add_option("--seq_len", o.seq_len, "sequence length for token models");
   app->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_option("--final_weights", o.final_weights, "write the trained fp32 weights (safetensors) here");
 }
 
 int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, const MlpSpec& mlp, const Gpt2Spec& gpt,
@@ -98,6 +99,7 @@ std::vector<std::string> mpirun_argv(int ranks, const TrainOptions& o) {
   if (o.seed) opt("--seed", std::to_string(*o.seed));
   if (o.micro_batch) opt("--micro_batch_size", std::to_string(*o.micro_batch));
   if (o.seq_len) opt("--seq_len", std::to_string(*o.seq_len));
+  if (!o.final_weights.empty()) opt("--final_weights", o.final_weights);
   opt("--device", o.device);
   return a;
 }
@@ -125,6 +127,7 @@ int main(int argc, char** argv) {
   app.add_option("--micro_batch_size", launch.micro_batch, "micro batch per rank");
   app.add_option("--seq_len", launch.seq_len, "sequence length");
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--final_weights", launch.final_weights, "write the trained fp32 weights (safetensors) here");
   bool dry_run = false;
   app.add_flag("--dry_run", dry_run, "print the mpirun command instead of running it");
 

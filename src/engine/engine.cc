@@ -1,9 +1,12 @@
-// Training engine: one global step = gas micro-batches per rank, reduction,
-// unscale + overflow agreement, global-norm clipping, optimizer update.
+// Training engine: one global step = gas micro-batches per rank, reduction
+// (all-reduce for stages 0-1, per-bucket reduce-scatter during backward for
+// stages 2-3), unscale + overflow agreement, global-norm clipping across
+// shards, optimizer update of this rank's shard, and re-gathering weights.
 #include "zerorun/engine.h"
 
+#include <algorithm>
 #include <cmath>
-#include <set>
+#include <limits>
 #include <sstream>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -14,6 +17,8 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     : model_(model), cfg_(cfg), comm_(comm) {
   ZR_CHECK(cfg_.world_size == comm.size(), "config resolved for world size ", cfg_.world_size, " but running ",
            comm.size(), " ranks");
+  stage_ = cfg_.zero.stage;
+  mixed_ = cfg_.precision != Precision::FP32;
   seq_len_ = cfg_.train.seq_len;
   if (model_.symbols.count("T")) {
     int64_t maxT = model_.symbols.at("T");
@@ -22,56 +27,272 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   }
   std::map<std::string, int64_t> syms = {{"B", cfg_.micro}, {"T", seq_len_ ? seq_len_ : 1}};
   model_.graph.validate(model_.param_shapes(), syms);
-  ZR_CHECK(comm.size() == 1 || cfg_.zero.stage <= 1, "ZeRO stage ", cfg_.zero.stage, " across ", comm.size(),
-           " ranks is not implemented yet (stages 0 and 1 are); use \"stage\": 1 or one rank");
-  // Flat layout from the ZeRO plan: one group per block (by first use).
-  std::vector<zero::ParamInput> pin;
-  {
-    std::map<std::string, int> block_group;
-    std::set<std::string> seen;
-    int next = 0;
-    for (auto& n : model_.graph.nodes)
-      for (auto& [role, name] : n.params) {
-        if (!seen.insert(name).second) continue;
-        if (!block_group.count(n.block)) block_group[n.block] = next++;
-        pin.push_back({name, model_.tensors.at(name).numel(), block_group[n.block]});
+  build_layout();
+  const int r = comm_.rank();
+
+  // Compute parameters (full for stages 0-2, this rank's shard for stage 3).
+  if (stage_ < 3) {
+    compute_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Params);
+    for (auto& s : plan_.params) std::copy_n(model_.tensors.at(s.name).f32(), s.numel, compute_.f32() + s.offset);
+  } else {
+    param_shard_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Params);
+    for (size_t p = 0; p < plan_.params.size(); ++p) {
+      const zero::ParamSlot& s = plan_.params[p];
+      zero::Range own = plan_.param_owned(static_cast<int>(p), r);
+      if (own.empty()) continue;
+      int64_t piece = s.offset + own.begin - plan_.owned(s.group, r).begin;
+      std::copy_n(model_.tensors.at(s.name).f32() + own.begin, own.size(),
+                  param_shard_.f32() + shard_off_[static_cast<size_t>(s.group)] + piece);
+    }
+  }
+  // fp32 master: in fp32 the compute weights are the master; with 16-bit
+  // compute it is optimizer state, sharded from stage 1 on.
+  if (mixed_) {
+    if (stage_ == 0) {
+      master_ = compute_.clone(MemCategory::Optimizer);
+    } else {
+      master_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Optimizer);
+      for (size_t g = 0; g < plan_.groups.size(); ++g) {
+        zero::Range own = plan_.owned(static_cast<int>(g), r);
+        const float* src = stage_ < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
+        std::copy_n(src, own.size(), master_.f32() + shard_off_[g]);
       }
+    }
+    const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
+    Tensor& c = stage_ < 3 ? compute_ : param_shard_;
+    for (int64_t i = 0; i < c.numel(); ++i) c.f32()[i] = round_to(dt, c.f32()[i]);
   }
-  plan_ = zero::plan(pin, comm.size(), 1);
-  for (auto& slot : plan_.params) layout_[slot.name] = {slot.offset, model_.tensors.at(slot.name).shape()};
-  numel_ = plan_.padded;
-  const bool mixed = cfg_.precision != Precision::FP32;
-  // In fp32 the master copy is the model's weights; with 16-bit compute it is optimizer state.
-  master_ = Tensor::zeros({numel_}, DType::F32, mixed ? MemCategory::Optimizer : MemCategory::Params);
-  grads_ = Tensor::zeros({numel_}, DType::F32, MemCategory::Grads);
-  for (auto& [name, lay] : layout_) {
-    const Tensor& src = model_.tensors.at(name);
-    Tensor::view_of(master_, lay.first, lay.second).copy_from(src);
-  }
-  compute_ = mixed ? Tensor::zeros({numel_}, DType::F32, MemCategory::Params) : master_;
+  if (stage_ < 2)
+    grads_full_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Grads);
+  else
+    grads_shard_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Grads);
+
   std::map<std::string, Tensor> pv, gv;
-  for (auto& [name, lay] : layout_) {
-    pv[name] = Tensor::view_of(compute_, lay.first, lay.second);
-    gv[name] = Tensor::view_of(grads_, lay.first, lay.second);
+  for (auto& s : plan_.params) {
+    const Shape& shape = model_.tensors.at(s.name).shape();
+    pv[s.name] = stage_ < 3 ? Tensor::view_of(compute_, s.offset, shape) : Tensor();
+    gv[s.name] = stage_ < 2 ? Tensor::view_of(grads_full_, s.offset, shape) : Tensor();
   }
   exec_ = std::make_unique<Executor>(model_.graph, pv, gv);
   if (cfg_.activation_checkpointing)
     for (size_t b = 0; b < model_.graph.blocks.size(); ++b)
       exec_->checkpoint_block[b] = b != 0 && b + 1 != model_.graph.blocks.size();
-  // Stage >= 1: this rank keeps optimizer state for its shard only.
-  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, cfg_.zero.stage >= 1 ? plan_.shard_numel() : numel_);
+  if (stage_ >= 2) {
+    exec_->hooks.before_block_forward = [this](size_t b) { on_block(b, true, true); };
+    exec_->hooks.after_block_forward = [this](size_t b) { on_block(b, true, false); };
+    exec_->hooks.before_block_backward = [this](size_t b) { on_block(b, false, true); };
+    exec_->hooks.after_block_backward = [this](size_t b) { on_block(b, false, false); };
+  }
+  if (stage_ == 3) {
+    const int64_t thr = cfg_.zero.stage3_param_persistence_threshold.value_or(0);
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      rt_[g].persistent = plan_.groups[g].numel < thr;
+      if (rt_[g].persistent) ensure_live(static_cast<int>(g));
+    }
+  }
+  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, stage_ == 0 ? plan_.padded : plan_.shard_numel());
   sched_ = std::make_unique<LrSchedule>(cfg_.scheduler, cfg_.optimizer, total_steps);
   scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale, cfg_.precision == Precision::FP16);
-  refresh_compute_params();
+}
+
+Engine::~Engine() {
+  for (auto& g : rt_)
+    if (g.gather) g.gather->wait();
+}
+
+void Engine::build_layout() {
+  // Buckets: consecutive params of one block (in first-use order) up to
+  // reduce_bucket_size elements; each bucket is one plan group.
+  const int64_t bucket = stage_ >= 2 ? cfg_.zero.reduce_bucket_size.value_or(std::numeric_limits<int64_t>::max())
+                                     : std::numeric_limits<int64_t>::max();
+  const auto& blocks = model_.graph.blocks;
+  std::vector<zero::ParamInput> pin;
+  std::map<std::string, int> group_of;
+  int next = -1;
+  std::string cur_block;
+  int64_t cur_size = 0;
+  for (auto& n : model_.graph.nodes)
+    for (auto& [role, name] : n.params) {
+      if (group_of.count(name)) continue;
+      int64_t sz = model_.tensors.at(name).numel();
+      if (next < 0 || n.block != cur_block || (cur_size > 0 && cur_size + sz > bucket)) {
+        ++next;
+        cur_block = n.block;
+        cur_size = 0;
+      }
+      cur_size += sz;
+      group_of[name] = next;
+      pin.push_back({name, sz, next});
+    }
+  plan_ = zero::plan(pin, comm_.size(), 1);
+  shard_off_.clear();
+  int64_t off = 0;
+  for (auto& g : plan_.groups) shard_off_.push_back(off), off += g.shard;
+  block_groups_.assign(blocks.size(), {});
+  auto ranges = model_.graph.block_ranges();
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    std::set<int> gs;
+    for (size_t i = ranges[b].first; i < ranges[b].second; ++i)
+      for (auto& [role, name] : model_.graph.nodes[i].params) gs.insert(group_of.at(name));
+    block_groups_[b].assign(gs.begin(), gs.end());
+  }
+  ready_block_.assign(plan_.groups.size(), blocks.size());
+  for (size_t b = blocks.size(); b-- > 0;)
+    for (int g : block_groups_[b]) ready_block_[static_cast<size_t>(g)] = b;
+  rt_.clear();
+  rt_.resize(plan_.groups.size());
+}
+
+// ---- stage 3 parameter life cycle -----------------------------------------
+
+void Engine::start_gather(int g) {
+  GroupRt& s = rt_[static_cast<size_t>(g)];
+  if (s.full.defined()) return;  // live or in flight
+  const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
+  s.full = Tensor::empty({grp.padded}, DType::F32, MemCategory::Params);
+  s.gather = comm_.all_gather_async(param_shard_.f32() + shard_off_[static_cast<size_t>(g)], s.full.f32(), grp.shard,
+                                    DType::F32);
+}
+
+void Engine::ensure_live(int g) {
+  GroupRt& s = rt_[static_cast<size_t>(g)];
+  bool bound = s.full.defined() && !s.gather;
+  start_gather(g);
+  if (s.gather) {
+    s.gather->wait();
+    s.gather.reset();
+  }
+  if (!bound) bind_params(g, true);
+}
+
+void Engine::release(int g) {
+  GroupRt& s = rt_[static_cast<size_t>(g)];
+  if (s.persistent || !s.full.defined()) return;
+  if (s.gather) s.gather->wait(), s.gather.reset();
+  bind_params(g, false);
+  s.full = Tensor();
+}
+
+void Engine::bind_params(int g, bool live) {
+  const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
+  for (int p : grp.params) {
+    const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
+    exec_->set_param(s.name, live ? Tensor::view_of(rt_[static_cast<size_t>(g)].full, s.offset - grp.offset,
+                                                    model_.tensors.at(s.name).shape())
+                                  : Tensor());
+  }
+}
+
+void Engine::on_block(size_t b, bool forward, bool before) {
+  const size_t nb = block_groups_.size();
+  if (stage_ == 3) {
+    if (before) {
+      for (int g : block_groups_[b]) ensure_live(g);
+      // Prefetch the next block in execution order within the budgets.
+      size_t nxt = forward ? b + 1 : b - 1;
+      if ((forward && b + 1 < nb) || (!forward && b > 0)) {
+        int64_t budget = cfg_.zero.stage3_prefetch_bucket_size.value_or(0), live = 0;
+        for (auto& s : rt_)
+          if (s.full.defined()) live += s.full.numel();
+        for (int g : block_groups_[nxt]) {
+          int64_t n = plan_.groups[static_cast<size_t>(g)].padded;
+          if (rt_[static_cast<size_t>(g)].full.defined()) continue;
+          if (n > budget || live + n > cfg_.zero.stage3_max_live_parameters) break;
+          start_gather(g);
+          budget -= n;
+          live += n;
+        }
+      }
+    } else {
+      // Free what the next block in execution order does not need (the last
+      // block's params stay for its backward, which follows at once).
+      bool last_fwd = forward && b + 1 == nb;
+      if (!last_fwd) {
+        const std::vector<int>* nxt = nullptr;
+        if (forward) nxt = &block_groups_[b + 1];
+        if (!forward && b > 0) nxt = &block_groups_[b - 1];
+        for (int g : block_groups_[b])
+          if (!nxt || std::find(nxt->begin(), nxt->end(), g) == nxt->end()) release(g);
+      }
+    }
+  }
+  if (!forward && before) begin_grads(b);
+  if (!forward && !before) finish_grads(b);
+}
+
+// ---- stage 2/3 gradient buckets ---------------------------------------------
+
+void Engine::begin_grads(size_t b) {
+  for (int g : block_groups_[b]) {
+    GroupRt& s = rt_[static_cast<size_t>(g)];
+    if (s.work_grad.defined()) continue;
+    const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
+    s.work_grad = Tensor::zeros({grp.padded}, DType::F32, MemCategory::Grads);
+    for (int p : grp.params) {
+      const zero::ParamSlot& ps = plan_.params[static_cast<size_t>(p)];
+      exec_->set_grad(ps.name,
+                      Tensor::view_of(s.work_grad, ps.offset - grp.offset, model_.tensors.at(ps.name).shape()));
+    }
+  }
+}
+
+void Engine::finish_grads(size_t b) {
+  for (int g : block_groups_[b]) {
+    if (ready_block_[static_cast<size_t>(g)] != b) continue;
+    GroupRt& s = rt_[static_cast<size_t>(g)];
+    const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
+    Tensor mine = Tensor::empty({grp.shard}, DType::F32, MemCategory::Grads);
+    comm_.reduce_scatter(s.work_grad.f32(), mine.f32(), grp.shard, DType::F32);
+    float* acc = grads_shard_.f32() + shard_off_[static_cast<size_t>(g)];
+    for (int64_t i = 0; i < grp.shard; ++i) acc[i] += mine.f32()[i];
+    for (int p : grp.params) exec_->set_grad(plan_.params[static_cast<size_t>(p)].name, Tensor());
+    s.work_grad = Tensor();
+  }
+}
+
+// ---- the step -----------------------------------------------------------------
+
+float* Engine::owned_master(int g) {
+  if (master_.defined()) return master_.f32() + shard_off_[static_cast<size_t>(g)];
+  if (stage_ < 3) return compute_.f32() + plan_.owned(g, comm_.rank()).begin;
+  return param_shard_.f32() + shard_off_[static_cast<size_t>(g)];
 }
 
 void Engine::refresh_compute_params() {
-  if (compute_.raw() == master_.raw()) return;
+  if (!mixed_) return;
   const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
-  const float* m = master_.f32();
-  float* c = compute_.f32();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < numel_; ++i) c[i] = round_to(dt, m[i]);
+  if (stage_ == 0) {
+    const float* m = master_.f32();
+    float* c = compute_.f32();
+    for (int64_t i = 0; i < plan_.padded; ++i) c[i] = round_to(dt, m[i]);
+    return;
+  }
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
+    float* dst = stage_ < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
+    const float* m = master_.f32() + shard_off_[g];
+    for (int64_t i = 0; i < own.size(); ++i) dst[i] = round_to(dt, m[i]);
+  }
+}
+
+void Engine::gather_after_step() {
+  refresh_compute_params();
+  const int W = comm_.size();
+  if (stage_ == 1 || stage_ == 2) {
+    if (W == 1) return;
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      const zero::Group& grp = plan_.groups[g];
+      zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
+      std::vector<float> mine(compute_.f32() + own.begin, compute_.f32() + own.end);
+      comm_.all_gather(mine.data(), compute_.f32() + grp.offset, grp.shard, DType::F32);
+    }
+  } else if (stage_ == 3) {
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      if (!rt_[g].persistent) continue;
+      const zero::Group& grp = plan_.groups[g];
+      comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), grp.shard, DType::F32);
+    }
+  }
 }
 
 StepStats Engine::train_step(DataSource& data) {
@@ -87,19 +308,19 @@ StepStats Engine::train_step(DataSource& data) {
     // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale).
     exec_->backward(static_cast<float>(scale / static_cast<double>(cfg_.gas)));
   }
-  float* g = grads_.f32();
-  if (after_backward) after_backward(g, numel_);
-  // Average over ranks (data parallel).
-  comm_.all_reduce(g, numel_, DType::F32, ReduceOp::Sum);
+  Tensor& gbuf = stage_ < 2 ? grads_full_ : grads_shard_;
+  float* g = gbuf.f32();
+  const int64_t gn = gbuf.numel();
+  if (after_backward) after_backward(g, gn);
+  if (stage_ < 2) comm_.all_reduce(g, gn, DType::F32, ReduceOp::Sum);  // stages 2-3 reduced during backward
   if (W > 1) {
     float l = static_cast<float>(loss_sum);
     comm_.all_reduce(&l, 1, DType::F32, ReduceOp::Sum);
     loss_sum = l;
   }
   st.loss = loss_sum / static_cast<double>(cfg_.gas * W);
-  const float inv = static_cast<float>(1.0 / (scale * W));
-  kernels::cpu::scale_inplace(g, inv, numel_);
-  float overflow = kernels::cpu::all_finite(g, numel_) ? 0.f : 1.f;
+  kernels::cpu::scale_inplace(g, static_cast<float>(1.0 / (scale * W)), gn);
+  float overflow = kernels::cpu::all_finite(g, gn) ? 0.f : 1.f;
   comm_.all_reduce(&overflow, 1, DType::F32, ReduceOp::Max);
   ++global_step_;
   st.step = global_step_;
@@ -109,60 +330,82 @@ StepStats Engine::train_step(DataSource& data) {
     scaler_->update(true);
   } else {
     scaler_->update(false);
-    double ss = kernels::cpu::sum_squares(g, numel_);
+    double ss = kernels::cpu::sum_squares(g, gn);
+    if (stage_ >= 2 && W > 1) {  // shards: add the squares of every rank
+      float f = static_cast<float>(ss);
+      comm_.all_reduce(&f, 1, DType::F32, ReduceOp::Sum);
+      ss = f;
+    }
     st.grad_norm = std::sqrt(ss);
     if (cfg_.gradient_clipping > 0) {
       double coef = cfg_.gradient_clipping / (st.grad_norm + 1e-6);
-      if (coef < 1.0) kernels::cpu::scale_inplace(g, static_cast<float>(coef), numel_);
+      if (coef < 1.0) kernels::cpu::scale_inplace(g, static_cast<float>(coef), gn);
     }
     LrMom lm = sched_->at(updates_ - 1);
     double beta1 =
         lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
-    if (cfg_.zero.stage == 0) {
-      opt_->step(master_.f32(), g, lm.lr, beta1);
+    if (stage_ == 0) {
+      opt_->step(mixed_ ? master_.f32() : compute_.f32(), g, lm.lr, beta1);
     } else {
       opt_->begin_step();
-      int64_t state_off = 0;
       for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
         zero::Range own = plan_.owned(static_cast<int>(gi), r);
-        opt_->update(master_.f32() + own.begin, g + own.begin, state_off, own.size(), lm.lr, beta1);
-        state_off += own.size();
-      }
-      if (W > 1) {  // every rank gets the updated shards of all others
-        for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
-          const zero::Group& grp = plan_.groups[gi];
-          zero::Range own = plan_.owned(static_cast<int>(gi), r);
-          std::vector<float> mine(master_.f32() + own.begin, master_.f32() + own.end);
-          comm_.all_gather(mine.data(), master_.f32() + grp.offset, grp.shard, DType::F32);
-        }
+        const float* gr = stage_ < 2 ? g + own.begin : g + shard_off_[gi];
+        opt_->update(owned_master(static_cast<int>(gi)), gr, shard_off_[gi], own.size(), lm.lr, beta1);
       }
     }
     st.lr = lm.lr;
     ++updates_;
-    refresh_compute_params();
+    gather_after_step();
   }
-  grads_.zero_();
+  gbuf.zero_();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   st.tokens = cfg_.batch * data.tokens_per_sample();
   return st;
 }
 
-std::map<std::string, Tensor> Engine::master_weights() const {
+std::map<std::string, Tensor> Engine::master_weights() {
   std::map<std::string, Tensor> r;
-  for (auto& [name, lay] : layout_)
-    r[name] = Tensor::view_of(master_, lay.first, lay.second).clone(MemCategory::Buffers);
+  auto slice = [&](const float* group_base, const zero::Group& grp) {
+    for (int p : grp.params) {
+      const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
+      Tensor t = Tensor::empty(model_.tensors.at(s.name).shape(), DType::F32, MemCategory::Buffers);
+      std::copy_n(group_base + (s.offset - grp.offset), s.numel, t.f32());
+      r[s.name] = t;
+    }
+  };
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    const zero::Group& grp = plan_.groups[g];
+    if (stage_ == 0) {
+      slice((mixed_ ? master_.f32() : compute_.f32()) + grp.offset, grp);
+      continue;
+    }
+    std::vector<float> full(static_cast<size_t>(grp.padded));
+    comm_.all_gather(owned_master(static_cast<int>(g)), full.data(), grp.shard, DType::F32);
+    slice(full.data(), grp);
+  }
   return r;
 }
 
+ModelStateBytes Engine::model_state_bytes() const {
+  ModelStateBytes b;
+  b.params = static_cast<int64_t>(compute_.defined() ? compute_.nbytes() : param_shard_.nbytes());
+  for (auto& s : rt_)
+    if (s.persistent && s.full.defined()) b.params += static_cast<int64_t>(s.full.nbytes());
+  b.grads = static_cast<int64_t>(grads_full_.defined() ? grads_full_.nbytes() : grads_shard_.nbytes());
+  b.optimizer = static_cast<int64_t>(master_.defined() ? master_.nbytes() : 0);
+  for (auto& [name, t] : opt_->state()) b.optimizer += static_cast<int64_t>(t.nbytes());
+  return b;
+}
+
 std::string Engine::memory_report() const {
+  ModelStateBytes b = model_state_bytes();
   MemStats s = mem_stats();
   std::ostringstream os;
-  os << "memory rank " << comm_.rank() << ":";
-  for (auto c : {MemCategory::Params, MemCategory::Grads, MemCategory::Optimizer, MemCategory::Activations,
-                 MemCategory::Buffers}) {
-    auto i = static_cast<size_t>(c);
-    os << " " << mem_category_name(c) << "=" << s.current[i] / 1048576.0 << "MiB";
-  }
+  os.precision(3);
+  os << std::fixed << "memory rank " << comm_.rank() << ": model states params=" << b.params / 1048576.0
+     << "MiB grads=" << b.grads / 1048576.0 << "MiB optimizer=" << b.optimizer / 1048576.0
+     << "MiB | process peak=" << s.total_peak / 1048576.0 << "MiB";
   return os.str();
 }
 

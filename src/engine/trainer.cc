@@ -8,6 +8,7 @@
 
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/safetensors.h"
 
 namespace zerorun {
 
@@ -94,6 +95,15 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     }
   }
   if (lead) spdlog::info("done: {} steps, {} samples", engine.global_step(), engine.samples_seen());
+  if (!o.final_weights.empty()) {
+    auto w = engine.master_weights();  // collective
+    if (lead) {
+      std::vector<SafetensorsWriteItem> items;
+      for (auto& name : model.tensor_names) items.push_back({name, w.at(name)});
+      write_safetensors(o.final_weights, items, {{"format", "pt"}});
+      spdlog::info("wrote final fp32 weights to {}", o.final_weights);
+    }
+  }
   return 0;
 }
 
