@@ -5,6 +5,7 @@
 set -u
 ZR=$(realpath "${1:?usage: cli_test.sh path/to/zerorun shared_configs_dir}")
 CONFIGS=$(realpath "${2:?}")
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 pass=0 fail=0
@@ -100,6 +101,53 @@ expect_fail "error on all ranks ends the job" "exceeds the model's context" \
 if pgrep -f "zerorun train gpt.bin" >/dev/null; then bad "ranks left behind"; else ok "no ranks left behind"; fi
 expect_ok "dry run prints the mpirun argv" "-np 3 .*zerorun train gpt.bin --config c.json --steps 2" \
   "$ZR" --num_gpus 3 --config c.json gpt.bin --steps 2 --dry_run
+
+# Two "nodes" through mpirun's remote-launch path (fake rsh agent), vs one rank.
+printf 'nodeA slots=2\nnodeB slots=1  # second node\n' >hosts
+echo '{"train_batch_size": 6, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}' >z3.json
+export ZR_AGENT_LOG=$W/agent.log
+RSH="--mca plm_rsh_agent $HERE/fake_rsh_agent.sh --mca oob_tcp_if_include lo --mca btl self,vader,tcp --mca btl_tcp_if_include lo"
+expect_ok "2-node ZeRO-3 run via hostfile + remote launch" "world 3 \| ZeRO stage 3" \
+  "$ZR" --hostfile hosts --launcher_args "$RSH" --config z3.json gpt.bin --steps 5 --micro_batch_size 2 --log_dir two
+"$ZR" --config z3.json gpt.bin --steps 5 --micro_batch_size 6 --log_dir one >/dev/null 2>&1
+if [[ "$(sort -u agent.log | tr '\n' ' ')" == "nodeA nodeB " ]]; then ok "both nodes started through the rsh agent"; else bad "agent log: $(cat agent.log)"; fi
+l1=$(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' one/metrics.jsonl | tail -1)
+l2=$(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' two/metrics.jsonl | tail -1)
+if [[ -n "$l1" && -n "$l2" ]] && awk -v a="$l1" -v b="$l2" 'BEGIN{d=(a-b)/a; if(d<0)d=-d; exit !(d<1e-5)}'; then
+  ok "2-node losses equal 1-rank losses ($l2 vs $l1)"; else bad "2-node loss $l2 vs 1-rank $l1"; fi
+unset ZR_AGENT_LOG
+
+# A rank killed mid-run ends the whole job within seconds, non-zero, naming the rank; nothing is left behind.
+echo '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}' >long.json
+"$ZR" --num_gpus 3 --config long.json gpt.bin --steps 1000000 --log_dir long >long.out 2>&1 &
+launcher=$!
+for _ in $(seq 100); do [[ -s long/metrics.jsonl ]] && break; sleep 0.1; done
+victim=$(pgrep -f "zerorun train gpt.bin" | sed -n 2p)
+[[ -n "$victim" ]] || { bad "no rank process found to kill"; cat long.out | tail -5; }
+t0=$(date +%s)
+kill -9 "$victim"
+for _ in $(seq 150); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+if kill -0 $launcher 2>/dev/null; then
+  bad "job still running 15 s after a rank was killed"; kill -9 $launcher; pkill -9 -f "zerorun train gpt.bin"
+else
+  wait $launcher; rc=$?
+  dt=$(( $(date +%s) - t0 ))
+  if [[ -n "$victim" && $rc -ne 0 ]] && grep -qE "rank [0-9]+ .*(signal 9|Killed)" long.out; then ok "killed rank ends the job (rc=$rc, ${dt}s)"; else bad "killed rank: rc=$rc"; tail -5 long.out; fi
+fi
+sleep 0.5
+if pgrep -f "zerorun train gpt.bin" >/dev/null; then bad "ranks left behind after kill"; pkill -9 -f "zerorun train gpt.bin"; else ok "no ranks left after kill"; fi
+
+# A rank that exits non-zero on its own (rank 1 exits 3 at start) also ends the job; the others do not hang.
+t0=$(date +%s)
+timeout 60 "$(command -v mpirun)" --allow-run-as-root --oversubscribe -np 3 sh -c \
+  '[ "$OMPI_COMM_WORLD_RANK" = 1 ] && exit 3; exec "$0" train gpt.bin --config long.json --steps 1000000' "$ZR" \
+  >exit.out 2>&1
+rc=$?
+dt=$(( $(date +%s) - t0 ))
+# (the rank's own exit code comes back; a zerorun rank also prints "error on rank R of N" before it exits)
+if [[ $rc -eq 3 && $dt -lt 15 ]]; then ok "rank exiting non-zero ends the job (rc=$rc, ${dt}s)"; else bad "rank exit: rc=$rc after ${dt}s"; tail -5 exit.out; fi
+sleep 0.5
+if pgrep -f "zerorun train gpt.bin" >/dev/null; then bad "ranks left behind after exit"; pkill -9 -f "zerorun train gpt.bin"; else ok "no ranks left after exit"; fi
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -12,6 +12,7 @@
 #include "zerorun/build_info.h"
 #include "zerorun/config.h"
 #include "zerorun/error.h"
+#include "zerorun/launch.h"
 #include "zerorun/model.h"
 #include "zerorun/trainer.h"
 
@@ -69,25 +70,13 @@ int cmd_estimate(const std::string& model_path, int world, const std::string& pr
   return 0;
 }
 
-// Builds the mpirun command (an argv array, never a shell string) that starts
-// `ranks` copies of `zerorun train` with the same options.
-std::vector<std::string> mpirun_argv(int ranks, const TrainOptions& o) {
-  std::vector<std::string> a = {ZERORUN_MPIRUN};
-  if (geteuid() == 0) a.push_back("--allow-run-as-root");
-  unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  if (static_cast<unsigned>(ranks) > cores) a.push_back("--oversubscribe");
-  int threads = std::max(1, static_cast<int>(cores) / ranks);
-  for (const std::string& x : std::vector<std::string>{"-np", std::to_string(ranks), "--bind-to", "none", "-x",
-                                                       "OMP_NUM_THREADS=" + std::to_string(threads)})
-    a.push_back(x);
+// The per-rank command: this executable's `train` with the same options.
+std::vector<std::string> rank_command(const TrainOptions& o) {
   char self[4096];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   ZR_CHECK(n > 0, "cannot find the zerorun executable (/proc/self/exe)");
-  a.push_back(std::string(self, static_cast<size_t>(n)));
-  a.push_back("train");
-  a.push_back(o.model_path);
-  a.push_back("--config");
-  a.push_back(o.config_path);
+  std::vector<std::string> a = {std::string(self, static_cast<size_t>(n)), "train", o.model_path, "--config",
+                                o.config_path};
   auto opt = [&](const char* flag, const std::string& v) {
     a.push_back(flag);
     a.push_back(v);
@@ -129,7 +118,19 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--final_weights", launch.final_weights, "write the trained fp32 weights (safetensors) here");
   bool dry_run = false;
-  app.add_flag("--dry_run", dry_run, "print the mpirun command instead of running it");
+  app.add_flag("--dry_run", dry_run, "print the launcher command instead of running it");
+  std::string hostfile;
+  launch::LaunchRequest lr;
+  lr.mpirun = ZERORUN_MPIRUN;
+  app.add_option("--hostfile", hostfile, "DeepSpeed-format hostfile ('worker-0 slots=8' per line)");
+  app.add_option("--include", lr.include, "hosts/slots to use, e.g. 'worker-0@worker-1:0,2'");
+  app.add_option("--exclude", lr.exclude, "hosts/slots to leave out, same syntax as --include");
+  app.add_option("--num_nodes", lr.num_nodes, "use the first N hosts of the hostfile");
+  app.add_option("--master_addr", lr.master_addr, "address of rank 0 (exported as MASTER_ADDR)");
+  app.add_option("--master_port", lr.master_port, "port (exported as MASTER_PORT, default 29500)");
+  app.add_option("--launcher", lr.launcher, "openmpi | mpich | slurm")
+      ->check(CLI::IsMember({"openmpi", "mpich", "slurm"}));
+  app.add_option("--launcher_args", lr.launcher_args, "extra launcher arguments (split on spaces)");
 
   TrainOptions train;
   auto* train_cmd = app.add_subcommand("train", "train on one rank (what the launcher starts per rank)");
@@ -206,8 +207,15 @@ int main(int argc, char** argv) {
     }
     ZR_CHECK(num_gpus >= 1, "--num_gpus must be >= 1, got ", num_gpus);
     launch.device = device;
-    if (num_gpus > 1 || dry_run) {
-      std::vector<std::string> argv_s = mpirun_argv(num_gpus, launch);
+    const bool distributed = num_gpus > 1 || !hostfile.empty() || lr.num_nodes > 0 || !lr.include.empty() ||
+                             !lr.exclude.empty() || lr.launcher != "openmpi" || dry_run;
+    if (distributed) {
+      if (!hostfile.empty()) lr.hosts = launch::load_hostfile(hostfile);
+      if (*app.get_option("--num_gpus") || lr.hosts.empty()) lr.num_gpus = num_gpus;
+      lr.as_root = geteuid() == 0;
+      lr.local_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      auto placement = launch::place(lr);
+      std::vector<std::string> argv_s = launch::build_command(lr, placement, rank_command(launch));
       if (dry_run) {
         for (size_t i = 0; i < argv_s.size(); ++i) std::printf("%s%s", i ? " " : "", argv_s[i].c_str());
         std::printf("\n");
@@ -218,7 +226,8 @@ int main(int argc, char** argv) {
       av.push_back(nullptr);
       std::fflush(stdout);
       execvp(av[0], av.data());
-      ZR_FAIL("cannot start ", argv_s[0], ": ", std::strerror(errno), " (install openmpi-bin)");
+      ZR_FAIL("cannot start ", argv_s[0], ": ", std::strerror(errno),
+              lr.launcher == "slurm" ? "" : " (install openmpi-bin)");
     }
     auto comm = make_self_comm();
     return run_training(launch, *comm);

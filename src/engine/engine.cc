@@ -405,6 +405,7 @@ std::string Engine::memory_report() const {
   os.precision(3);
   os << std::fixed << "memory rank " << comm_.rank() << ": model states params=" << b.params / 1048576.0
      << "MiB grads=" << b.grads / 1048576.0 << "MiB optimizer=" << b.optimizer / 1048576.0
+     << "MiB | activations peak=" << s.peak[static_cast<size_t>(MemCategory::Activations)] / 1048576.0
      << "MiB | process peak=" << s.total_peak / 1048576.0 << "MiB";
   return os.str();
 }

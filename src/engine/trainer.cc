@@ -59,8 +59,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
                  comm.size(), cfg.zero.stage, cfg.batch, cfg.micro, cfg.gas, comm.size(), precision_name(cfg.precision),
                  cfg.optimizer.type, cfg.optimizer.lr);
     spdlog::info("data: {}", data->describe());
-    spdlog::info("{}", engine.memory_report());
   }
+  spdlog::info("{}", engine.memory_report());  // every rank: its own shard sizes
   std::ofstream metrics;
   if (lead && !cfg.train.log_dir.empty()) {
     make_dirs(cfg.train.log_dir);
