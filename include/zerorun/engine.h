@@ -52,6 +52,13 @@ class Engine {
   std::string memory_report() const;
   ModelStateBytes model_state_bytes() const;
   int64_t seq_len() const { return seq_len_; }
+  // Sharded checkpoint of every rank's state under save_dir/global_step<N>/
+  // (collective). `latest` moves only after every rank's shard is on disk.
+  // Returns the tag.
+  std::string save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state = {});
+  // Loads `tag` ("latest" or "global_step<N>") from save_dir; works at any
+  // world size and ZeRO stage. Returns the manifest's client state.
+  nlohmann::json load_checkpoint(const std::string& save_dir, const std::string& tag = "latest");
   // Called with this rank's gradient buffer before the cross-rank overflow
   // agreement (tests use it to inject inf/nan on one rank).
   std::function<void(float* grads, int64_t n)> after_backward;
@@ -75,6 +82,10 @@ class Engine {
   void begin_grads(size_t b);
   void finish_grads(size_t b);
   float* owned_master(int g);  // this rank's fp32 master piece of group g
+  // Checkpoint slices: for param p, the element range this rank saves/loads.
+  zero::Range ckpt_range(int p) const;
+  float* master_at(int p, int64_t elem);        // fp32 master element of param p (in this rank's range)
+  float* state_at(int k, int p, int64_t elem);  // optimizer state k (0 = m, 1 = v) element
   void gather_after_step();
 
   const Model& model_;

@@ -3,6 +3,7 @@
 // bounds-checked; writing is atomic (temp file, fsync, rename).
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,5 +42,27 @@ struct SafetensorsWriteItem {
 // Writes atomically: `path`.tmp, fsync, rename over `path`.
 void write_safetensors(const std::string& path, const std::vector<SafetensorsWriteItem>& items,
                        const std::map<std::string, std::string>& metadata);
+
+// Streaming writer: the header is written from the declared entries, then
+// each tensor's bytes are appended in declaration order (peak memory stays
+// at one tensor). Atomic like write_safetensors.
+class SafetensorsStreamWriter {
+ public:
+  struct Decl {
+    std::string name;
+    DType dtype;
+    Shape shape;
+  };
+  SafetensorsStreamWriter(const std::string& path, const std::vector<Decl>& decls,
+                          const std::map<std::string, std::string>& metadata);
+  ~SafetensorsStreamWriter();
+  void append(const std::string& name, const void* data, size_t bytes);
+  void commit();
+
+ private:
+  std::vector<Decl> decls_;
+  size_t next_ = 0;
+  std::unique_ptr<class AtomicFile> file_;
+};
 
 }  // namespace zerorun

@@ -13,7 +13,9 @@ struct TrainOptions {
   std::optional<int64_t> steps, micro_batch, seq_len;
   std::optional<uint64_t> seed;
   std::optional<std::string> data, save_dir, log_dir;
-  std::string final_weights;  // write the trained fp32 weights (safetensors) here
+  std::string final_weights;
+  std::string resume;  // "latest", a tag in save_dir, or a checkpoint directory  // write the trained fp32 weights
+                       // (safetensors) here
   std::string device = "cpu";
 };
 

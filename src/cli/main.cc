@@ -13,6 +13,7 @@
 #include "zerorun/config.h"
 #include "zerorun/error.h"
 #include "zerorun/launch.h"
+#include "zerorun/merge.h"
 #include "zerorun/model.h"
 #include "zerorun/trainer.h"
 
@@ -32,6 +33,7 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--seq_len", o.seq_len, "sequence length for token models");
   app->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--final_weights", o.final_weights, "write the trained fp32 weights (safetensors) here");
+  app->add_option("--resume", o.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
 }
 
 int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, const MlpSpec& mlp, const Gpt2Spec& gpt,
@@ -89,6 +91,7 @@ std::vector<std::string> rank_command(const TrainOptions& o) {
   if (o.micro_batch) opt("--micro_batch_size", std::to_string(*o.micro_batch));
   if (o.seq_len) opt("--seq_len", std::to_string(*o.seq_len));
   if (!o.final_weights.empty()) opt("--final_weights", o.final_weights);
+  if (!o.resume.empty()) opt("--resume", o.resume);
   opt("--device", o.device);
   return a;
 }
@@ -117,6 +120,7 @@ int main(int argc, char** argv) {
   app.add_option("--seq_len", launch.seq_len, "sequence length");
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--final_weights", launch.final_weights, "write the trained fp32 weights (safetensors) here");
+  app.add_option("--resume", launch.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
   bool dry_run = false;
   app.add_flag("--dry_run", dry_run, "print the launcher command instead of running it");
   std::string hostfile;
@@ -168,6 +172,13 @@ int main(int argc, char** argv) {
 
   auto* report_cmd = app.add_subcommand("report", "build features, library versions, GPUs seen");
 
+  std::string merge_in, merge_out, merge_tag = "latest", merge_dtype = "fp32";
+  auto* merge_cmd = app.add_subcommand("merge", "rebuild full weights from ZeRO shards (no GPU, no MPI)");
+  merge_cmd->add_option("checkpoint", merge_in, "save_dir or a global_step<N> directory")->required();
+  merge_cmd->add_option("out", merge_out, "output directory")->required();
+  merge_cmd->add_option("--tag", merge_tag, "checkpoint tag in save_dir (default: latest)");
+  merge_cmd->add_option("--dtype", merge_dtype, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -197,6 +208,16 @@ int main(int argc, char** argv) {
       return cmd_init(arch, out, seed, mlp, gpt, llama);
     }
     if (*est_cmd) return cmd_estimate(est_model, est_world, est_precision);
+    if (*merge_cmd) {
+      MergeResult r =
+          merge_checkpoint(merge_in, merge_tag, merge_out, merge_dtype == "bf16" ? DType::BF16 : DType::F32);
+      std::printf("merged %s: %lld parameters -> %s (%s), %s%s%s\n", r.dir.c_str(), static_cast<long long>(r.params),
+                  r.safetensors.c_str(), merge_dtype.c_str(), r.model_bin.c_str(), r.config_json.empty() ? "" : ", ",
+                  r.config_json.c_str());
+      std::printf("peak memory %.1f MiB (model %.1f MiB fp32, largest tensor %.1f MiB)\n", r.peak_rss_bytes / 1048576.0,
+                  r.params * 4 / 1048576.0, r.largest * 4 / 1048576.0);
+      return 0;
+    }
     if (*report_cmd) {
       std::fputs(build_report().c_str(), stdout);
       return 0;

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "zerorun/checkpoint.h"
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
 #include "zerorun/safetensors.h"
@@ -61,16 +62,35 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     spdlog::info("data: {}", data->describe());
   }
   spdlog::info("{}", engine.memory_report());  // every rank: its own shard sizes
+  if (!o.resume.empty()) {
+    std::string root = o.resume, tag;
+    if (!path_exists(o.resume + "/manifest.json")) {
+      ZR_CHECK(!cfg.train.save_dir.empty(), "--resume ", o.resume, ": no checkpoint directory of that name and no ",
+               "--save_dir to look in");
+      root = cfg.train.save_dir;
+      tag = o.resume;
+    }
+    engine.load_checkpoint(root, tag);
+    if (lead)
+      spdlog::info("resumed from {} at step {} ({} samples)", ckpt::resolve_dir(root, tag), engine.global_step(),
+                   engine.samples_seen());
+  }
   std::ofstream metrics;
   if (lead && !cfg.train.log_dir.empty()) {
     make_dirs(cfg.train.log_dir);
     std::string p = cfg.train.log_dir + "/metrics.jsonl";
-    metrics.open(p, std::ios::trunc);
+    metrics.open(p, o.resume.empty() ? std::ios::trunc : std::ios::app);
     ZR_CHECK(metrics, p, ": cannot open for writing");
   }
   double window_s = 0;
   int64_t window_tok = 0;
-  for (int64_t s = 0; s < cfg.train.steps; ++s) {
+  int64_t last_save = -1;
+  auto save = [&] {
+    std::string tag = engine.save_checkpoint(cfg.train.save_dir, {{"steps", cfg.train.steps}});
+    last_save = engine.global_step();
+    if (lead) spdlog::info("saved checkpoint {}/{}", cfg.train.save_dir, tag);
+  };
+  while (engine.global_step() < cfg.train.steps) {
     StepStats st = engine.train_step(*data);
     ZR_CHECK(std::isfinite(st.loss) || st.skipped, "loss became ", st.loss, " at step ", st.step,
              " (diverged; lower the learning rate or enable gradient_clipping)");
@@ -93,7 +113,9 @@ int run_training(const TrainOptions& o, Communicator& comm) {
       window_s = 0;
       window_tok = 0;
     }
+    if (!cfg.train.save_dir.empty() && cfg.train.save_interval > 0 && st.step % cfg.train.save_interval == 0) save();
   }
+  if (!cfg.train.save_dir.empty() && last_save != engine.global_step()) save();
   if (lead) spdlog::info("done: {} steps, {} samples", engine.global_step(), engine.samples_seen());
   if (!o.final_weights.empty()) {
     auto w = engine.master_weights();  // collective

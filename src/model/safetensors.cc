@@ -110,6 +110,48 @@ Tensor read_safetensors_tensor(const SafetensorsFile& f, const SafetensorsEntry&
   return t;
 }
 
+namespace {
+std::string make_header(const std::vector<SafetensorsStreamWriter::Decl>& decls,
+                        const std::map<std::string, std::string>& metadata) {
+  nlohmann::json h = nlohmann::json::object();
+  if (!metadata.empty()) h["__metadata__"] = metadata;
+  uint64_t off = 0;
+  for (auto& d : decls) {
+    uint64_t n = static_cast<uint64_t>(shape_numel(d.shape)) * dtype_size(d.dtype);
+    h[d.name] = {{"dtype", dtype_safetensors_name(d.dtype)}, {"shape", d.shape}, {"data_offsets", {off, off + n}}};
+    off += n;
+  }
+  std::string header = h.dump();
+  while ((header.size() + 8) % 8 != 0) header.push_back(' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  return out + header;
+}
+}  // namespace
+
+SafetensorsStreamWriter::SafetensorsStreamWriter(const std::string& path, const std::vector<Decl>& decls,
+                                                 const std::map<std::string, std::string>& metadata)
+    : decls_(decls), file_(std::make_unique<AtomicFile>(path)) {
+  std::string h = make_header(decls, metadata);
+  file_->write(h.data(), h.size());
+}
+
+SafetensorsStreamWriter::~SafetensorsStreamWriter() = default;
+
+void SafetensorsStreamWriter::append(const std::string& name, const void* data, size_t bytes) {
+  ZR_CHECK(next_ < decls_.size() && decls_[next_].name == name, "safetensors stream: '", name,
+           "' appended out of order");
+  const Decl& d = decls_[next_++];
+  ZR_CHECK(bytes == static_cast<size_t>(shape_numel(d.shape)) * dtype_size(d.dtype), "safetensors stream: '", name,
+           "' has the wrong byte count");
+  file_->write(data, bytes);
+}
+
+void SafetensorsStreamWriter::commit() {
+  ZR_CHECK(next_ == decls_.size(), "safetensors stream: ", decls_.size() - next_, " tensor(s) never written");
+  file_->commit();
+}
+
 void write_safetensors(const std::string& path, const std::vector<SafetensorsWriteItem>& items,
                        const std::map<std::string, std::string>& metadata) {
   nlohmann::json h = nlohmann::json::object();

@@ -1,0 +1,26 @@
+// Checkpoint layout helpers shared by the engine (save/load) and
+// `zerorun merge`: manifest reading with integrity checks, and resolving
+// "latest" / tags to directories.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace zerorun::ckpt {
+
+// save_dir + "latest"/"global_step<N>"/a checkpoint directory -> the
+// checkpoint directory (throws naming what is missing).
+std::string resolve_dir(const std::string& save_dir, const std::string& tag);
+// Reads dir/manifest.json and verifies every listed file's size and crc32.
+nlohmann::json read_manifest(const std::string& dir, bool verify_files = true);
+
+// Where to read elements [b, e) of a parameter from: (file, first element
+// inside the stored slice, count, destination offset).
+struct Piece {
+  std::string file, tensor;
+  int64_t src_first, count, dst_offset;
+};
+std::vector<Piece> pieces_for(const nlohmann::json& manifest, const std::string& param, const std::string& kind,
+                              int64_t b, int64_t e);
+
+}  // namespace zerorun::ckpt

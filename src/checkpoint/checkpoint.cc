@@ -1,0 +1,258 @@
+// Sharded checkpoints: every rank writes the fp32 master and optimizer-state
+// slices it owns (per parameter, so any later world size or ZeRO stage can
+// read exactly the ranges it needs); rank 0 writes manifest.json with
+// checksums, then `latest`, only after all ranks confirmed their shard.
+#include "zerorun/checkpoint.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "zerorun/engine.h"
+#include "zerorun/fsutil.h"
+#include "zerorun/safetensors.h"
+#include "zerorun/strict_json.h"
+
+namespace zerorun {
+
+namespace ckpt {
+
+std::string shard_name(int rank) {
+  char b[64];
+  std::snprintf(b, sizeof b, "zero_rank_%05d.safetensors", rank);
+  return b;
+}
+
+std::string resolve_dir(const std::string& save_dir, const std::string& tag) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(save_dir) / "manifest.json") && (tag.empty() || tag == "latest")) return save_dir;
+  std::string t = tag.empty() ? "latest" : tag;
+  if (t == "latest") {
+    std::string lp = (fs::path(save_dir) / "latest").string();
+    ZR_CHECK(fs::exists(lp), save_dir, ": no checkpoint here (no 'latest' file and no manifest.json)");
+    t = read_file(lp);
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+    ZR_CHECK(!t.empty() && t.find('/') == std::string::npos, lp, ": does not name a checkpoint tag");
+  }
+  std::string d = (fs::path(save_dir) / t).string();
+  ZR_CHECK(fs::exists(fs::path(d) / "manifest.json"), d, ": checkpoint '", t, "' has no manifest.json",
+           " (incomplete save?)");
+  return d;
+}
+
+nlohmann::json read_manifest(const std::string& dir, bool verify) {
+  std::string mp = dir + "/manifest.json";
+  nlohmann::json m = load_json_file_strict(mp);
+  ZR_CHECK(m.value("format", "") == "zerorun.checkpoint", mp, ": not a zerorun checkpoint manifest");
+  ZR_CHECK(m.value("version", 0) == 1, mp, ": unsupported checkpoint version");
+  for (auto* k : {"files", "params", "graph_hash", "world_size", "step"})
+    ZR_CHECK(m.contains(k), mp, ": missing '", k, "'");
+  if (verify) {
+    for (auto& [name, info] : m["files"].items()) {
+      std::string p = dir + "/" + name;
+      ZR_CHECK(path_exists(p), p, ": shard listed in the manifest is missing");
+      uint64_t sz = std::filesystem::file_size(p);
+      ZR_CHECK(sz == info.at("bytes").get<uint64_t>(), p, ": size ", sz, " bytes, manifest says ",
+               info.at("bytes").get<uint64_t>(), " (truncated or replaced shard)");
+      char crc[16];
+      std::snprintf(crc, sizeof crc, "%08x", file_crc32(p));
+      ZR_CHECK(crc == info.at("crc32").get<std::string>(), p, ": checksum ", crc, " does not match the manifest's ",
+               info.at("crc32").get<std::string>(), " (corrupt shard)");
+    }
+  }
+  return m;
+}
+
+std::vector<Piece> pieces_for(const nlohmann::json& m, const std::string& param, const std::string& kind, int64_t b,
+                              int64_t e) {
+  ZR_CHECK(m["params"].contains(param), "checkpoint has no parameter '", param, "'");
+  std::vector<Piece> out;
+  int64_t covered = 0;
+  for (auto& s : m["params"][param]["slices"]) {
+    int64_t sb = s["begin"].get<int64_t>(), se = s["end"].get<int64_t>();
+    int64_t lo = std::max(b, sb), hi = std::min(e, se);
+    if (hi <= lo) continue;
+    out.push_back({shard_name(s["rank"].get<int>()), param + "." + kind, lo - sb, hi - lo, lo - b});
+    covered += hi - lo;
+  }
+  ZR_CHECK(covered == e - b, "checkpoint slices of '", param, "' do not cover elements [", b, ", ", e, ")");
+  return out;
+}
+
+}  // namespace ckpt
+
+// ---- engine side --------------------------------------------------------------
+
+zero::Range Engine::ckpt_range(int p) const {
+  const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
+  if (stage_ == 0) return comm_.rank() == 0 ? zero::Range{0, s.numel} : zero::Range{0, 0};
+  return plan_.param_owned(p, comm_.rank());
+}
+
+float* Engine::master_at(int p, int64_t elem) {
+  const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
+  int64_t pos = s.offset + elem;
+  if (stage_ == 0) return (mixed_ ? master_.f32() : compute_.f32()) + pos;
+  return owned_master(s.group) + (pos - plan_.owned(s.group, comm_.rank()).begin);
+}
+
+float* Engine::state_at(int k, int p, int64_t elem) {
+  const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
+  Tensor t = opt_->state().at(static_cast<size_t>(k)).second;
+  int64_t pos = s.offset + elem;
+  if (stage_ == 0) return t.f32() + pos;
+  return t.f32() + shard_off_[static_cast<size_t>(s.group)] + (pos - plan_.owned(s.group, comm_.rank()).begin);
+}
+
+std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state) {
+  const int r = comm_.rank(), W = comm_.size();
+  const std::string tag = "global_step" + std::to_string(global_step_);
+  const std::string dir = save_dir + "/" + tag;
+  if (r == 0) make_dirs(dir);
+  comm_.barrier();
+  auto states = opt_->state();
+  // 1. This rank's shard.
+  std::vector<SafetensorsWriteItem> items;
+  for (size_t p = 0; p < plan_.params.size(); ++p) {
+    zero::Range rg = ckpt_range(static_cast<int>(p));
+    if (rg.empty()) continue;
+    const std::string& name = plan_.params[p].name;
+    Tensor mt = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
+    std::copy_n(master_at(static_cast<int>(p), rg.begin), rg.size(), mt.f32());
+    items.push_back({name + ".master", mt});
+    for (size_t k = 0; k < states.size(); ++k) {
+      Tensor st = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
+      std::copy_n(state_at(static_cast<int>(k), static_cast<int>(p), rg.begin), rg.size(), st.f32());
+      items.push_back({name + "." + states[k].first, st});
+    }
+  }
+  const std::string shard = ckpt::shard_name(r);
+  write_safetensors(dir + "/" + shard, items, {{"format", "zerorun.checkpoint.shard"}, {"rank", std::to_string(r)}});
+  if (const char* f = std::getenv("ZERORUN_FAULT_INJECT")) {  // testing: die between shard and confirmation
+    std::string want = "die_after_shard:" + std::to_string(r);
+    if (want == f) {
+      std::fprintf(stderr, "zerorun: fault injection: rank %d dies after writing its shard\n", r);
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
+  }
+  // 2. Confirmations (size + crc of every shard) to rank 0.
+  uint32_t crc = file_crc32(dir + "/" + shard);
+  uint64_t bytes = std::filesystem::file_size(dir + "/" + shard);
+  int32_t mine[3] = {static_cast<int32_t>(crc), static_cast<int32_t>(bytes & 0xffffffffu),
+                     static_cast<int32_t>(bytes >> 32)};
+  std::vector<int32_t> all(static_cast<size_t>(3 * W));
+  comm_.all_gather(mine, all.data(), 3, DType::I32);
+  // 3. Manifest, then `latest` (rank 0).
+  if (r == 0) {
+    nlohmann::json m;
+    m["format"] = "zerorun.checkpoint";
+    m["version"] = 1;
+    m["tag"] = tag;
+    m["step"] = global_step_;
+    m["updates"] = updates_;
+    m["samples"] = samples_seen();
+    m["world_size"] = W;
+    m["zero_stage"] = stage_;
+    m["precision"] = precision_name(cfg_.precision);
+    m["graph_hash"] = model_.graph_hash;
+    m["graph"] = model_.graph.to_json();
+    m["config"] = cfg_.raw;
+    m["optimizer"] = {{"type", cfg_.optimizer.type}, {"steps", opt_->steps()}, {"states", json::array()}};
+    for (auto& [n, t] : states) m["optimizer"]["states"].push_back(n);
+    m["loss_scaler"] = scaler_->state();
+    m["scheduler"] = {{"type", cfg_.scheduler.type}, {"last_batch_iteration", updates_ - 1}};
+    m["data"] = {{"next_sample", samples_seen()}, {"seed", cfg_.train.seed}};
+    m["rng"] = {{"data_seed", cfg_.train.seed}, {"note", "training uses no other random state"}};
+    m["client_state"] = client_state;
+    json params = json::object();
+    for (size_t p = 0; p < plan_.params.size(); ++p) {
+      const zero::ParamSlot& s = plan_.params[p];
+      json slices = json::array();
+      for (int rr = 0; rr < W; ++rr) {
+        zero::Range rg = stage_ == 0 ? (rr == 0 ? zero::Range{0, s.numel} : zero::Range{0, 0})
+                                     : plan_.param_owned(static_cast<int>(p), rr);
+        if (!rg.empty()) slices.push_back({{"rank", rr}, {"begin", rg.begin}, {"end", rg.end}});
+      }
+      params[s.name] = {{"shape", model_.tensors.at(s.name).shape()}, {"numel", s.numel}, {"slices", slices}};
+    }
+    m["params"] = params;
+    json files = json::object();
+    for (int rr = 0; rr < W; ++rr) {
+      char c[16];
+      std::snprintf(c, sizeof c, "%08x", static_cast<uint32_t>(all[static_cast<size_t>(3 * rr)]));
+      uint64_t b = static_cast<uint32_t>(all[static_cast<size_t>(3 * rr + 1)]) |
+                   (static_cast<uint64_t>(static_cast<uint32_t>(all[static_cast<size_t>(3 * rr + 2)])) << 32);
+      files[ckpt::shard_name(rr)] = {{"bytes", b}, {"crc32", c}};
+    }
+    m["files"] = files;
+    write_file_atomic(dir + "/manifest.json", m.dump(1));
+    write_file_atomic(save_dir + "/latest", tag + "\n");
+  }
+  comm_.barrier();
+  return tag;
+}
+
+nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag) {
+  const std::string dir = ckpt::resolve_dir(save_dir, tag);
+  nlohmann::json m = ckpt::read_manifest(dir, true);
+  const std::string mp = dir + "/manifest.json";
+  ZR_CHECK(m["graph_hash"] == model_.graph_hash, mp, ": checkpoint is of another model (graph ",
+           m["graph_hash"].get<std::string>(), ", this model.bin has graph ", model_.graph_hash, ")");
+  ZR_CHECK(m["optimizer"]["type"] == cfg_.optimizer.type, mp, ": checkpoint optimizer is ",
+           m["optimizer"]["type"].get<std::string>(), " but the config asks for ", cfg_.optimizer.type);
+  auto states = opt_->state();
+  std::map<std::string, SafetensorsFile> headers;
+  auto read_into = [&](const std::string& param, const std::string& kind, int64_t b, int64_t e, float* dst) {
+    for (auto& pc : ckpt::pieces_for(m, param, kind, b, e)) {
+      auto it = headers.find(pc.file);
+      if (it == headers.end()) it = headers.emplace(pc.file, read_safetensors_header(dir + "/" + pc.file)).first;
+      const SafetensorsEntry* ent = it->second.find(pc.tensor);
+      ZR_CHECK(ent && ent->dtype == DType::F32, dir, "/", pc.file, ": has no f32 tensor '", pc.tensor, "'");
+      read_safetensors_range(it->second, *ent, pc.src_first, pc.count, dst + pc.dst_offset);
+    }
+  };
+  const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
+  for (size_t p = 0; p < plan_.params.size(); ++p) {
+    const zero::ParamSlot& s = plan_.params[p];
+    const int pi = static_cast<int>(p);
+    ZR_CHECK(m["params"].contains(s.name) && m["params"][s.name]["numel"].get<int64_t>() == s.numel, mp,
+             ": parameter '", s.name, "' is missing or has another size");
+    // Weights: full for stages 0-2 (every rank computes with all of them), own shard for stage 3.
+    zero::Range need = stage_ == 3 ? plan_.param_owned(pi, comm_.rank()) : zero::Range{0, s.numel};
+    zero::Range own = stage_ == 0 ? zero::Range{0, s.numel} : plan_.param_owned(pi, comm_.rank());
+    if (!need.empty()) {
+      std::vector<float> v(static_cast<size_t>(need.size()));
+      read_into(s.name, "master", need.begin, need.end, v.data());
+      for (int64_t i = need.begin; i < need.end; ++i) {
+        float x = v[static_cast<size_t>(i - need.begin)];
+        float c = mixed_ ? round_to(dt, x) : x;
+        if (stage_ < 3) {
+          compute_.f32()[s.offset + i] = c;
+        } else {
+          int64_t pos = s.offset + i - plan_.owned(s.group, comm_.rank()).begin;
+          param_shard_.f32()[shard_off_[static_cast<size_t>(s.group)] + pos] = c;
+        }
+        if (i >= own.begin && i < own.end) *master_at(pi, i) = x;  // after compute: fp32 master may alias it
+      }
+    }
+    if (!own.empty())
+      for (size_t k = 0; k < states.size(); ++k)
+        read_into(s.name, states[k].first, own.begin, own.end, state_at(static_cast<int>(k), pi, own.begin));
+  }
+  global_step_ = m["step"].get<int64_t>();
+  updates_ = m["updates"].get<int64_t>();
+  opt_->set_steps(m["optimizer"]["steps"].get<int64_t>());
+  scaler_->load_state(m["loss_scaler"]);
+  if (stage_ == 3)
+    for (size_t g = 0; g < rt_.size(); ++g)
+      if (rt_[g].persistent)
+        comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), plan_.groups[g].shard, DType::F32);
+  comm_.barrier();
+  return m.value("client_state", nlohmann::json::object());
+}
+
+}  // namespace zerorun
