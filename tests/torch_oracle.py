@@ -237,6 +237,23 @@ def main():
 
         ours = run_zerorun(zr, gpt, cfg, 20, work, ["--data", shard])
         ok &= compare("gpt2", ours, torch_losses(gpt, cfg, 20, gpt_batch))
+        # --- merged checkpoint: torch loads model.safetensors, same forward loss --
+        save = os.path.join(work, "ckpt")
+        merged = os.path.join(work, "merged")
+        cfg2 = dict(cfg, zero_optimization={"stage": 3})
+        run_zerorun(zr, gpt, cfg2, 3, work, ["--data", shard, "--save_dir", save])
+        subprocess.run([zr, "merge", save, merged], check=True, capture_output=True)
+        weights, _ = read_safetensors(os.path.join(merged, "model.safetensors"))
+        _, meta = read_safetensors(os.path.join(merged, "model.bin"))
+        graph = json.loads(meta["graph"])
+        with torch.no_grad():
+            ref = forward(graph, weights, gpt_batch(0, 4)).item()
+        cfg0 = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+                "optimizer": {"type": "AdamW", "params": {"lr": 0.0}}}
+        ours = run_zerorun(zr, os.path.join(merged, "model.bin"), cfg0, 1, work, ["--data", shard])[0]
+        rel = abs(ours - ref) / abs(ref)
+        print(f"merged checkpoint: torch forward loss {ref:.8f}, zerorun {ours:.8f}, rel {rel:.2e}")
+        ok &= rel <= 1e-5
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
 
