@@ -19,16 +19,29 @@ struct MemStats {
   int64_t total_current = 0, total_peak = 0;
 };
 
-// Process-wide counters (one rank per process).
-MemStats mem_stats();
+// Process-wide counters (one rank per process), host and device memory apart.
+MemStats mem_stats(bool device = false);
 void mem_reset_peaks();
-void mem_record(MemCategory c, int64_t delta_bytes);
+void mem_record(MemCategory c, int64_t delta_bytes, bool device = false);
 
-// RAII block of 64-byte aligned host memory, zero-initialised.
+enum class DeviceKind : uint8_t { CPU, CUDA };
+struct Device {
+  DeviceKind kind = DeviceKind::CPU;
+  int index = 0;
+  bool is_cpu() const { return kind == DeviceKind::CPU; }
+  bool is_cuda() const { return kind == DeviceKind::CUDA; }
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  static Device cpu() { return {}; }
+  static Device cuda(int i = 0) { return {DeviceKind::CUDA, i}; }
+};
+
+// RAII block of memory, zero-initialised: 64-byte aligned host memory, or
+// device memory from the CUDA caching allocator.
 class HostBuffer {
  public:
   HostBuffer() = default;
-  HostBuffer(size_t bytes, MemCategory cat);
+  HostBuffer(size_t bytes, MemCategory cat, Device dev = Device::cpu());
   ~HostBuffer();
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;
@@ -37,9 +50,11 @@ class HostBuffer {
   void* data() const { return ptr_; }
   size_t bytes() const { return bytes_; }
   MemCategory category() const { return cat_; }
+  Device device() const { return dev_; }
 
  private:
   void* ptr_ = nullptr;
+  Device dev_;
   size_t bytes_ = 0;
   MemCategory cat_ = MemCategory::Buffers;
 };

@@ -17,20 +17,15 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);
 
-enum class DeviceKind : uint8_t { CPU, CUDA };
-struct Device {
-  DeviceKind kind = DeviceKind::CPU;
-  int index = 0;
-  bool is_cpu() const { return kind == DeviceKind::CPU; }
-  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
-};
 
 class Tensor {
  public:
   Tensor() = default;
-  static Tensor empty(const Shape& shape, DType dt, MemCategory cat = MemCategory::Activations);
-  static Tensor zeros(const Shape& shape, DType dt, MemCategory cat = MemCategory::Activations) {
-    return empty(shape, dt, cat);  // host storage is zero-initialised
+  static Tensor empty(const Shape& shape, DType dt, MemCategory cat = MemCategory::Activations,
+                      Device dev = Device::cpu());
+  static Tensor zeros(const Shape& shape, DType dt, MemCategory cat = MemCategory::Activations,
+                      Device dev = Device::cpu()) {
+    return empty(shape, dt, cat, dev);  // storage is zero-initialised
   }
   // A view of `numel(shape)` elements starting at element `offset` of `base`.
   static Tensor view_of(const Tensor& base, int64_t offset, const Shape& shape);
@@ -41,7 +36,7 @@ class Tensor {
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t numel() const { return shape_numel(shape_); }
   DType dtype() const { return dtype_; }
-  Device device() const { return Device{}; }
+  Device device() const { return storage_ ? storage_->device() : Device::cpu(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 
   void* raw() const { return static_cast<char*>(storage_->data()) + offset_ * dtype_size(dtype_); }
@@ -56,7 +51,8 @@ class Tensor {
   Tensor reshape(const Shape& s) const;
   Tensor clone(MemCategory cat = MemCategory::Activations) const;
   void zero_() const;
-  void copy_from(const Tensor& src) const;  // same numel and dtype
+  void copy_from(const Tensor& src) const;  // same numel and dtype, any devices
+  Tensor to(Device dev, MemCategory cat = MemCategory::Buffers) const;
 
  private:
   std::shared_ptr<HostBuffer> storage_;

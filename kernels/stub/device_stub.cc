@@ -5,3 +5,26 @@ namespace zerorun {
 bool built_with_cuda() { return false; }
 GpuInfo query_gpus() { return {0, "CUDA support not built (no CUDA toolkit found at configure time)", "none"}; }
 }  // namespace zerorun
+
+#include "zerorun/cuda_rt.h"
+#include "zerorun/error.h"
+
+namespace zerorun::cuda {
+namespace {
+[[noreturn]] void not_built() { ZR_FAIL("this zerorun was built without CUDA (no toolkit at configure time)"); }
+}  // namespace
+bool available() { return false; }
+int device_count() { return 0; }
+void set_device(int) { not_built(); }
+void* device_alloc(size_t, int) { not_built(); }
+void device_free(void*, size_t, int) {}
+void device_memset0(void*, size_t) { not_built(); }
+void copy(void*, const void*, size_t) { not_built(); }
+void synchronize() {}
+size_t cached_bytes() { return 0; }
+}  // namespace zerorun::cuda
+
+#include "kernels/backend.h"
+namespace zerorun::kernels {
+Backend* cuda_backend() { return nullptr; }
+}  // namespace zerorun::kernels

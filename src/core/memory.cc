@@ -6,12 +6,13 @@
 #include <mutex>
 #include <new>
 
+#include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
 
 namespace zerorun {
 namespace {
 std::mutex g_mu;
-MemStats g_stats;
+MemStats g_stats, g_dev_stats;
 }  // namespace
 
 const char* mem_category_name(MemCategory c) {
@@ -31,27 +32,36 @@ const char* mem_category_name(MemCategory c) {
   }
 }
 
-MemStats mem_stats() {
+MemStats mem_stats(bool device) {
   std::lock_guard<std::mutex> lk(g_mu);
-  return g_stats;
+  return device ? g_dev_stats : g_stats;
 }
 
 void mem_reset_peaks() {
   std::lock_guard<std::mutex> lk(g_mu);
-  g_stats.peak = g_stats.current;
-  g_stats.total_peak = g_stats.total_current;
+  for (MemStats* s : {&g_stats, &g_dev_stats}) {
+    s->peak = s->current;
+    s->total_peak = s->total_current;
+  }
 }
 
-void mem_record(MemCategory c, int64_t delta) {
+void mem_record(MemCategory c, int64_t delta, bool device) {
   std::lock_guard<std::mutex> lk(g_mu);
+  MemStats& s = device ? g_dev_stats : g_stats;
   auto i = static_cast<size_t>(c);
-  g_stats.current[i] += delta;
-  if (g_stats.current[i] > g_stats.peak[i]) g_stats.peak[i] = g_stats.current[i];
-  g_stats.total_current += delta;
-  if (g_stats.total_current > g_stats.total_peak) g_stats.total_peak = g_stats.total_current;
+  s.current[i] += delta;
+  if (s.current[i] > s.peak[i]) s.peak[i] = s.current[i];
+  s.total_current += delta;
+  if (s.total_current > s.total_peak) s.total_peak = s.total_current;
 }
 
-HostBuffer::HostBuffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat) {
+HostBuffer::HostBuffer(size_t bytes, MemCategory cat, Device dev) : dev_(dev), bytes_(bytes), cat_(cat) {
+  if (dev.is_cuda()) {
+    ptr_ = cuda::device_alloc(bytes, dev.index);
+    cuda::device_memset0(ptr_, bytes);
+    mem_record(cat_, static_cast<int64_t>(bytes_), true);
+    return;
+  }
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
   ptr_ = std::aligned_alloc(64, rounded);
@@ -61,13 +71,17 @@ HostBuffer::HostBuffer(size_t bytes, MemCategory cat) : bytes_(bytes), cat_(cat)
 }
 
 HostBuffer::~HostBuffer() {
-  if (ptr_) {
-    std::free(ptr_);
-    mem_record(cat_, -static_cast<int64_t>(bytes_));
+  if (!ptr_) return;
+  if (dev_.is_cuda()) {
+    cuda::device_free(ptr_, bytes_, dev_.index);
+    mem_record(cat_, -static_cast<int64_t>(bytes_), true);
+    return;
   }
+  std::free(ptr_);
+  mem_record(cat_, -static_cast<int64_t>(bytes_));
 }
 
-HostBuffer::HostBuffer(HostBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), cat_(o.cat_) {
+HostBuffer::HostBuffer(HostBuffer&& o) noexcept : ptr_(o.ptr_), dev_(o.dev_), bytes_(o.bytes_), cat_(o.cat_) {
   o.ptr_ = nullptr;
   o.bytes_ = 0;
 }
@@ -76,6 +90,7 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
   if (this != &o) {
     this->~HostBuffer();
     ptr_ = o.ptr_;
+    dev_ = o.dev_;
     bytes_ = o.bytes_;
     cat_ = o.cat_;
     o.ptr_ = nullptr;

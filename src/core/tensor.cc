@@ -1,6 +1,8 @@
 // Tensor construction, views and copies.
 #include "zerorun/tensor.h"
 
+#include "zerorun/cuda_rt.h"
+
 #include <cstring>
 
 namespace zerorun {
@@ -17,12 +19,12 @@ std::string shape_str(const Shape& s) {
   return r + "]";
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dt, MemCategory cat) {
+Tensor Tensor::empty(const Shape& shape, DType dt, MemCategory cat, Device dev) {
   for (auto d : shape) ZR_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dt;
-  t.storage_ = std::make_shared<HostBuffer>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dt), cat);
+  t.storage_ = std::make_shared<HostBuffer>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dt), cat, dev);
   return t;
 }
 
@@ -57,19 +59,32 @@ Tensor Tensor::reshape(const Shape& s) const {
 }
 
 Tensor Tensor::clone(MemCategory cat) const {
-  Tensor t = empty(shape_, dtype_, cat);
-  std::memcpy(t.raw(), raw(), nbytes());
+  Tensor t = empty(shape_, dtype_, cat, device());
+  t.copy_from(*this);
+  return t;
+}
+
+Tensor Tensor::to(Device dev, MemCategory cat) const {
+  Tensor t = empty(shape_, dtype_, cat, dev);
+  t.copy_from(*this);
   return t;
 }
 
 void Tensor::zero_() const {
-  if (defined()) std::memset(raw(), 0, nbytes());
+  if (!defined()) return;
+  if (device().is_cuda())
+    cuda::device_memset0(raw(), nbytes());
+  else
+    std::memset(raw(), 0, nbytes());
 }
 
 void Tensor::copy_from(const Tensor& src) const {
   ZR_CHECK(src.numel() == numel() && src.dtype() == dtype_, "copy between tensors of ", shape_str(src.shape()), " ",
            dtype_name(src.dtype()), " and ", shape_str(shape_), " ", dtype_name(dtype_));
-  std::memcpy(raw(), src.raw(), nbytes());
+  if (device().is_cpu() && src.device().is_cpu())
+    std::memcpy(raw(), src.raw(), nbytes());
+  else
+    cuda::copy(raw(), src.raw(), nbytes());  // cudaMemcpyDefault: any direction
 }
 
 }  // namespace zerorun

@@ -3,6 +3,8 @@
 // (a checkpointed block drops what it saved and recomputes in backward).
 #include <set>
 
+#include "kernels/backend.h"
+
 #include "zerorun/graph.h"
 
 namespace zerorun {
@@ -76,14 +78,16 @@ double Executor::forward(const std::map<std::string, Tensor>& inputs) {
     if (hooks.after_block_forward) hooks.after_block_forward(b);
   }
   have_forward_ = true;
-  return static_cast<double>(values_[loss_id_].f32()[0]);
+  const Tensor& l = values_[loss_id_];
+  return static_cast<double>(kernels::backend(l.device()).get_scalar(l.f32()));
 }
 
 void Executor::backward(float loss_grad) {
   ZR_CHECK(have_forward_, "backward called without a forward");
   for (auto& t : value_grads_) t = Tensor();
-  Tensor lg = Tensor::empty({}, DType::F32);
-  lg.f32()[0] = loss_grad;
+  const Device dev = values_[loss_id_].device();
+  Tensor lg = Tensor::empty({}, DType::F32, MemCategory::Activations, dev);
+  kernels::backend(dev).set_scalar(lg.f32(), loss_grad);
   value_grads_[loss_id_] = lg;
   for (size_t bi = block_ranges_.size(); bi-- > 0;) {
     if (hooks.before_block_backward) hooks.before_block_backward(bi);
@@ -102,7 +106,8 @@ void Executor::backward(float loss_grad) {
       }
       if (!any) continue;  // nothing downstream needs this node
       for (size_t k = 0; k < node_out_[i].size(); ++k)
-        if (!c.dout[k].defined()) c.dout[k] = Tensor::zeros(c.out[k].shape(), DType::F32);
+        if (!c.dout[k].defined())
+          c.dout[k] = Tensor::zeros(c.out[k].shape(), DType::F32, MemCategory::Activations, c.out[k].device());
       for (auto v : node_in_[i]) {
         c.in.push_back(values_[v]);
         Tensor& gv = value_grads_[v];

@@ -1,12 +1,11 @@
 // Pointwise activations gelu (tanh approximation), relu and silu.
-#include "kernels/cpu/cpu_kernels.h"
 #include "op_util.h"
 
 namespace zerorun::ops {
 namespace {
 class Activation : public Op {
  public:
-  explicit Activation(kernels::cpu::Act a) : act_(a) {}
+  explicit Activation(kernels::Act a) : act_(a) {}
   std::vector<ValueInfo> infer(const Node&, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
     expect_inputs(in, 1);
@@ -14,20 +13,20 @@ class Activation : public Op {
     return {in[0]};
   }
   void forward(NodeCtx& c) const override {
-    Tensor y = new_out(c.in[0].shape());
-    kernels::cpu::act_fwd(act_, c.in[0].f32(), y.f32(), y.numel());
+    Tensor y = new_out(c.in[0].shape(), device_of(c));
+    be(c).act_fwd(act_, c.in[0].f32(), y.f32(), y.numel());
     c.out = {y};
   }
   void backward(NodeCtx& c) const override {
     if (c.din[0].defined())
-      kernels::cpu::act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), c.din[0].f32(), c.in[0].numel());
+      be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), c.din[0].f32(), c.in[0].numel());
   }
 
  private:
-  kernels::cpu::Act act_;
+  kernels::Act act_;
 };
 }  // namespace
-std::unique_ptr<Op> make_gelu() { return std::make_unique<Activation>(kernels::cpu::Act::Gelu); }
-std::unique_ptr<Op> make_relu() { return std::make_unique<Activation>(kernels::cpu::Act::Relu); }
-std::unique_ptr<Op> make_silu() { return std::make_unique<Activation>(kernels::cpu::Act::Silu); }
+std::unique_ptr<Op> make_gelu() { return std::make_unique<Activation>(kernels::Act::Gelu); }
+std::unique_ptr<Op> make_relu() { return std::make_unique<Activation>(kernels::Act::Relu); }
+std::unique_ptr<Op> make_silu() { return std::make_unique<Activation>(kernels::Act::Silu); }
 }  // namespace zerorun::ops

@@ -1,5 +1,4 @@
 // add: a + b, where b's shape equals a's or is a suffix of it (broadcast).
-#include "kernels/cpu/cpu_kernels.h"
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -17,12 +16,12 @@ class Add : public Op {
     return {{a, DType::F32}};
   }
   void forward(NodeCtx& c) const override {
-    Tensor y = new_out(c.in[0].shape());
-    kernels::cpu::add_fwd(c.in[0].f32(), c.in[1].f32(), y.f32(), y.numel(), c.in[1].numel());
+    Tensor y = new_out(c.in[0].shape(), device_of(c));
+    be(c).add_fwd(c.in[0].f32(), c.in[1].f32(), y.f32(), y.numel(), c.in[1].numel());
     c.out = {y};
   }
   void backward(NodeCtx& c) const override {
-    kernels::cpu::add_bwd(c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
+    be(c).add_bwd(c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
                           c.din[1].defined() ? c.din[1].f32() : nullptr, c.in[0].numel(), c.in[1].numel());
   }
 };

@@ -1,6 +1,5 @@
 // attention: causal multi-head self-attention from packed qkv [B, T, 3C]
 // (q, k, v along the last dim, heads contiguous inside each) to [B, T, C].
-#include "kernels/cpu/cpu_kernels.h"
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -20,8 +19,8 @@ class Attention : public Op {
   void forward(NodeCtx& c) const override {
     const Tensor& qkv = c.in[0];
     int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
-    Tensor out = new_out({B, T, C}), probs = new_out({B, H, T, T});
-    kernels::cpu::attention_fwd(qkv.f32(), out.f32(), probs.f32(), B, T, C, H);
+    Tensor out = new_out({B, T, C}, device_of(c)), probs = new_out({B, H, T, T}, device_of(c));
+    be(c).attention_fwd(qkv.f32(), out.f32(), probs.f32(), B, T, C, H);
     *c.saved = {probs};
     c.out = {out};
   }
@@ -29,7 +28,7 @@ class Attention : public Op {
     if (!c.din[0].defined()) return;
     const Tensor& qkv = c.in[0];
     int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
-    kernels::cpu::attention_bwd(qkv.f32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), B, T, C, H);
+    be(c).attention_bwd(qkv.f32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), B, T, C, H);
   }
 };
 }  // namespace

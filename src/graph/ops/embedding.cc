@@ -1,7 +1,6 @@
 // embedding: rows of a [V, C] table picked by i32 ids. With attrs
 // {"position": true} it ignores the id values and adds row t to position t
 // of a [B, T] input (GPT-2's learned positional embedding).
-#include "kernels/cpu/cpu_kernels.h"
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -32,14 +31,14 @@ class Embedding : public Op {
     int64_t V = w.dim(0), C = w.dim(1), N = ids.numel();
     Shape o = ids.shape();
     o.push_back(C);
-    Tensor y = new_out(o);
+    Tensor y = new_out(o, device_of(c));
     if (positional(*c.node)) {
-      kernels::cpu::pos_embedding_fwd(w.f32(), y.f32(), ids.dim(0), ids.dim(1), C);
+      be(c).pos_embedding_fwd(w.f32(), y.f32(), ids.dim(0), ids.dim(1), C);
     } else {
       const int32_t* id = ids.i32();
       for (int64_t i = 0; i < N; ++i)
         ZR_CHECK(id[i] >= 0 && id[i] < V, "token id ", id[i], " at position ", i, " is outside the vocabulary of ", V);
-      kernels::cpu::embedding_fwd(id, w.f32(), y.f32(), N, C);
+      be(c).embedding_fwd(id, w.f32(), y.f32(), N, C);
     }
     c.out = {y};
   }
@@ -49,9 +48,9 @@ class Embedding : public Op {
     const Tensor& ids = c.in[0];
     int64_t C = dw.dim(1);
     if (positional(*c.node))
-      kernels::cpu::pos_embedding_bwd(c.dout[0].f32(), dw.f32(), ids.dim(0), ids.dim(1), C);
+      be(c).pos_embedding_bwd(c.dout[0].f32(), dw.f32(), ids.dim(0), ids.dim(1), C);
     else
-      kernels::cpu::embedding_bwd(ids.i32(), c.dout[0].f32(), dw.f32(), ids.numel(), C, dw.dim(0));
+      be(c).embedding_bwd(ids.i32(), c.dout[0].f32(), dw.f32(), ids.numel(), C, dw.dim(0));
   }
 };
 }  // namespace

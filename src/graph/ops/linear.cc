@@ -1,5 +1,4 @@
 // linear: y = x W^T + b over the last dimension (W is [out, in], as in PyTorch).
-#include "kernels/cpu/cpu_kernels.h"
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -26,16 +25,16 @@ class Linear : public Op {
     const Tensor& w = c.param("weight");
     Shape os = x.shape();
     os.back() = w.dim(0);
-    Tensor y = new_out(os);
+    Tensor y = new_out(os, device_of(c));
     const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
-    kernels::cpu::linear_fwd(x.f32(), w.f32(), b, y.f32(), rows_of(x.shape()), w.dim(1), w.dim(0));
+    be(c).linear_fwd(x.f32(), w.f32(), b, y.f32(), rows_of(x.shape()), w.dim(1), w.dim(0));
     c.out = {y};
   }
   void backward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];
     const Tensor& w = c.param("weight");
     Tensor dw = c.dparam("weight"), db = c.dparam("bias");
-    kernels::cpu::linear_bwd(x.f32(), w.f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
+    be(c).linear_bwd(x.f32(), w.f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
                              dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()),
                              w.dim(1), w.dim(0));
   }

@@ -1,13 +1,12 @@
 // Losses producing the scalar the graph minimises: cross_entropy (mean over
 // rows of logits [..., V] against i32 targets) and mse (mean over elements).
-#include "kernels/cpu/cpu_kernels.h"
 #include "op_util.h"
 
 namespace zerorun::ops {
 namespace {
-Tensor scalar(double v) {
-  Tensor t = new_out({});
-  t.f32()[0] = static_cast<float>(v);
+Tensor scalar(const NodeCtx& c, double v) {
+  Tensor t = new_out({}, device_of(c));
+  be(c).set_scalar(t.f32(), static_cast<float>(v));
   return t;
 }
 
@@ -27,14 +26,18 @@ class CrossEntropy : public Op {
   void forward(NodeCtx& c) const override {
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
     const int32_t* t = c.in[1].i32();
-    for (int64_t i = 0; i < N; ++i)
-      ZR_CHECK(t[i] >= 0 && t[i] < V, "target id ", t[i], " at position ", i, " is outside the vocabulary of ", V);
-    c.out = {scalar(kernels::cpu::cross_entropy_fwd(c.in[0].f32(), t, N, V))};
+    if (device_of(c).is_cpu()) {
+      for (int64_t i = 0; i < N; ++i)
+        ZR_CHECK(t[i] >= 0 && t[i] < V, "target id ", t[i], " at position ", i, " is outside the vocabulary of ", V);
+    } else {
+      ZR_CHECK(be(c).ids_in_range(t, N, V), "a target id is outside the vocabulary of ", V);
+    }
+    c.out = {scalar(c, be(c).cross_entropy_fwd(c.in[0].f32(), t, N, V))};
   }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
-    kernels::cpu::cross_entropy_bwd(c.in[0].f32(), c.in[1].i32(), c.dout[0].f32()[0], c.din[0].f32(), N, V);
+    be(c).cross_entropy_bwd(c.in[0].f32(), c.in[1].i32(), c.dout[0].f32(), c.din[0].f32(), N, V);
   }
 };
 
@@ -51,11 +54,11 @@ class Mse : public Op {
     return {{{}, DType::F32}};
   }
   void forward(NodeCtx& c) const override {
-    c.out = {scalar(kernels::cpu::mse_fwd(c.in[0].f32(), c.in[1].f32(), c.in[0].numel()))};
+    c.out = {scalar(c, be(c).mse_fwd(c.in[0].f32(), c.in[1].f32(), c.in[0].numel()))};
   }
   void backward(NodeCtx& c) const override {
     if (c.din[0].defined())
-      kernels::cpu::mse_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32()[0], c.din[0].f32(), c.in[0].numel());
+      be(c).mse_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), c.din[0].f32(), c.in[0].numel());
   }
 };
 }  // namespace

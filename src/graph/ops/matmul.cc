@@ -1,5 +1,4 @@
 // matmul: batched a[..., M, K] @ b[..., K, N] (b may be a shared 2-D [K, N]).
-#include "kernels/cpu/cpu_kernels.h"
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -35,10 +34,10 @@ class Matmul : public Op {
     Dims d = dims_of(c.in[0].shape(), c.in[1].shape());
     Shape o = c.in[0].shape();
     o.back() = d.N;
-    Tensor y = new_out(o);
+    Tensor y = new_out(o, device_of(c));
     const float *a = c.in[0].f32(), *b = c.in[1].f32();
     for (int64_t i = 0; i < d.batch; ++i)
-      kernels::cpu::gemm(false, false, d.M, d.N, d.K, 1.f, a + i * d.M * d.K, b + (d.shared_b ? 0 : i * d.K * d.N), 0.f,
+      be(c).gemm(false, false, d.M, d.N, d.K, 1.f, a + i * d.M * d.K, b + (d.shared_b ? 0 : i * d.K * d.N), 0.f,
                          y.f32() + i * d.M * d.N);
     c.out = {y};
   }
@@ -49,9 +48,9 @@ class Matmul : public Op {
       const float* dyi = dy + i * d.M * d.N;
       const float* bi = b + (d.shared_b ? 0 : i * d.K * d.N);
       if (c.din[0].defined())  // da += dy b^T
-        kernels::cpu::gemm(false, true, d.M, d.K, d.N, 1.f, dyi, bi, 1.f, c.din[0].f32() + i * d.M * d.K);
+        be(c).gemm(false, true, d.M, d.K, d.N, 1.f, dyi, bi, 1.f, c.din[0].f32() + i * d.M * d.K);
       if (c.din[1].defined())  // db += a^T dy
-        kernels::cpu::gemm(true, false, d.K, d.N, d.M, 1.f, a + i * d.M * d.K, dyi, 1.f,
+        be(c).gemm(true, false, d.K, d.N, d.M, 1.f, a + i * d.M * d.K, dyi, 1.f,
                            c.din[1].f32() + (d.shared_b ? 0 : i * d.K * d.N));
     }
   }

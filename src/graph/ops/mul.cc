@@ -1,5 +1,4 @@
 // mul: elementwise a * b of equal shapes (e.g. the SwiGLU gate).
-#include "kernels/cpu/cpu_kernels.h"
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -16,12 +15,12 @@ class Mul : public Op {
     return {{in[0].shape, DType::F32}};
   }
   void forward(NodeCtx& c) const override {
-    Tensor y = new_out(c.in[0].shape());
-    kernels::cpu::mul_fwd(c.in[0].f32(), c.in[1].f32(), y.f32(), y.numel());
+    Tensor y = new_out(c.in[0].shape(), device_of(c));
+    be(c).mul_fwd(c.in[0].f32(), c.in[1].f32(), y.f32(), y.numel());
     c.out = {y};
   }
   void backward(NodeCtx& c) const override {
-    kernels::cpu::mul_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
+    be(c).mul_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
                           c.din[1].defined() ? c.din[1].f32() : nullptr, c.in[0].numel());
   }
 };

@@ -2,6 +2,7 @@
 #pragma once
 #include <memory>
 
+#include "kernels/backend.h"
 #include "zerorun/graph.h"
 
 namespace zerorun::ops {
@@ -26,7 +27,17 @@ inline int64_t attr_int(const Node& n, const char* key) {
   ZR_CHECK(n.attrs.contains(key) && n.attrs[key].is_number_integer(), "attribute '", key, "' must be an integer");
   return n.attrs[key].get<int64_t>();
 }
-inline Tensor new_out(const Shape& s) { return Tensor::empty(s, DType::F32, MemCategory::Activations); }
+inline Tensor new_out(const Shape& s, Device d) { return Tensor::empty(s, DType::F32, MemCategory::Activations, d); }
+// The device an op runs on: that of its first input; every input and param must be there too.
+inline Device device_of(const NodeCtx& c) {
+  Device d = c.in.at(0).device();
+  for (auto& t : c.in)
+    ZR_CHECK(!t.defined() || t.device() == d, "op '", c.node->op, "' has inputs on different devices");
+  for (auto& [r, t] : c.params)
+    ZR_CHECK(t.device() == d, "op '", c.node->op, "': param '", r, "' is on another device than the input");
+  return d;
+}
+inline kernels::Backend& be(const NodeCtx& c) { return kernels::backend(device_of(c)); }
 
 std::unique_ptr<Op> make_linear();
 std::unique_ptr<Op> make_matmul();

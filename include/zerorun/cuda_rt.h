@@ -1,0 +1,21 @@
+// The small slice of the CUDA runtime the core needs (allocation, copies,
+// device selection), so core code has no CUDA headers and no #ifdefs. A
+// CPU-only build links kernels/stub/, whose versions throw "not built".
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace zerorun::cuda {
+
+bool available();  // built with CUDA and at least one GPU visible
+int device_count();
+void set_device(int index);
+// Caching allocator: freed blocks are kept for reuse by size class.
+void* device_alloc(size_t bytes, int device);
+void device_free(void* p, size_t bytes, int device);
+void device_memset0(void* p, size_t bytes);
+void copy(void* dst, const void* src, size_t bytes);  // any direction, synchronous
+void synchronize();
+size_t cached_bytes();  // held by the allocator but not in use
+
+}  // namespace zerorun::cuda

@@ -1,0 +1,79 @@
+// Kernel backends behind one interface, so ops and the engine dispatch on a
+// tensor's device without #ifdefs: the CPU backend wraps kernels/cpu, the CUDA
+// backend (kernels/cuda) runs on the device's compute stream, and a CPU-only
+// build's stub reports that CUDA is not built. Signatures follow
+// kernels/cpu/cpu_kernels.h: raw pointers + sizes; backward accumulates.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "zerorun/dtype.h"
+#include "zerorun/memory.h"
+
+namespace zerorun::kernels {
+
+using cpu::Act;
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
+                    float beta, float* C) = 0;
+  // Batched: `batch` products with element strides between them; lda/ldb/ldc are row strides.
+  virtual void gemm_strided(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                            int64_t lda, int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C,
+                            int64_t ldc, int64_t sC, int64_t batch) = 0;
+  virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in,
+                          int64_t out) = 0;
+  virtual void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
+                          int64_t in, int64_t out) = 0;
+  virtual void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) = 0;
+  virtual void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb) = 0;
+  virtual void mul_fwd(const float* a, const float* b, float* y, int64_t n) = 0;
+  virtual void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) = 0;
+  virtual void act_fwd(Act act, const float* x, float* y, int64_t n) = 0;
+  virtual void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n) = 0;
+  virtual void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
+                             int64_t N, int64_t C, float eps) = 0;
+  virtual void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy,
+                             float* dx, float* dw, float* db, int64_t N, int64_t C) = 0;
+  virtual void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
+                           float eps) = 0;
+  virtual void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
+                           int64_t N, int64_t C) = 0;
+  virtual void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C,
+                             int64_t H) = 0;
+  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B,
+                             int64_t T, int64_t C, int64_t H) = 0;
+  // Returns false if any id is outside [0, V) (nothing is written then).
+  virtual bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) = 0;
+  virtual void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) = 0;
+  virtual void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C,
+                             int64_t V) = 0;
+  virtual void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) = 0;
+  virtual void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) = 0;
+  virtual double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V) = 0;
+  virtual void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* dloss, float* dlogits,
+                                 int64_t N, int64_t V) = 0;
+  virtual double mse_fwd(const float* pred, const float* target, int64_t n) = 0;
+  virtual void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) = 0;
+  virtual void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                         float eps, float wd, bool adamw, bool bias_correction, int64_t step) = 0;
+  virtual void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening,
+                        float wd, bool nesterov, bool first_step) = 0;
+  virtual void scale_inplace(float* x, float s, int64_t n) = 0;
+  virtual void accumulate(float* acc, const float* x, int64_t n) = 0;  // acc += x
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+  virtual bool all_finite(const float* x, int64_t n) = 0;
+  virtual void round_to(DType dt, const float* src, float* dst, int64_t n) = 0;  // dst = round(src)
+  // Writes one f32 scalar (e.g. a loss gradient) at p.
+  virtual void set_scalar(float* p, float v) = 0;
+  virtual float get_scalar(const float* p) = 0;
+};
+
+Backend& backend(Device d);
+Backend& cpu_backend();
+Backend* cuda_backend();  // nullptr when CUDA is not built
+
+}  // namespace zerorun::kernels

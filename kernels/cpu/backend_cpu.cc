@@ -1,0 +1,135 @@
+// The CPU backend: kernels/cpu behind the Backend interface; also picks the
+// backend for a device.
+#include <cblas.h>
+
+#include "kernels/backend.h"
+#include "zerorun/error.h"
+
+namespace zerorun::kernels {
+namespace {
+
+class CpuBackend : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B, float beta,
+            float* C) override {
+    cpu::gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
+  }
+  void gemm_strided(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                    int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc,
+                    int64_t sC, int64_t batch) override {
+    for (int64_t i = 0; i < batch; ++i)
+      cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                  A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
+  }
+  void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in,
+                  int64_t out) override {
+    cpu::linear_fwd(x, w, b, y, N, in, out);
+  }
+  void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
+                  int64_t in, int64_t out) override {
+    cpu::linear_bwd(x, w, dy, dx, dw, db, N, in, out);
+  }
+  void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
+    cpu::add_fwd(a, b, y, n, nb);
+  }
+  void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb) override {
+    cpu::add_bwd(dy, da, db, n, nb);
+  }
+  void mul_fwd(const float* a, const float* b, float* y, int64_t n) override { cpu::mul_fwd(a, b, y, n); }
+  void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) override {
+    cpu::mul_bwd(a, b, dy, da, db, n);
+  }
+  void act_fwd(Act act, const float* x, float* y, int64_t n) override { cpu::act_fwd(act, x, y, n); }
+  void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n) override {
+    cpu::act_bwd(act, x, dy, dx, n);
+  }
+  void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
+                     int64_t C, float eps) override {
+    cpu::layernorm_fwd(x, w, b, y, mean, rstd, N, C, eps);
+  }
+  void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, float* dx,
+                     float* dw, float* db, int64_t N, int64_t C) override {
+    cpu::layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C);
+  }
+  void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) override {
+    cpu::rmsnorm_fwd(x, w, y, rstd, N, C, eps);
+  }
+  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
+                   int64_t N, int64_t C) override {
+    cpu::rmsnorm_bwd(x, w, rstd, dy, dx, dw, N, C);
+  }
+  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C,
+                     int64_t H) override {
+    cpu::attention_fwd(qkv, out, probs, B, T, C, H);
+  }
+  void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
+                     int64_t C, int64_t H) override {
+    cpu::attention_bwd(qkv, probs, dout, dqkv, B, T, C, H);
+  }
+  bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[i] < 0 || ids[i] >= V) return false;
+    return true;
+  }
+  void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) override {
+    cpu::embedding_fwd(ids, table, out, N, C);
+  }
+  void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) override {
+    cpu::embedding_bwd(ids, dout, dtable, N, C, V);
+  }
+  void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) override {
+    cpu::pos_embedding_fwd(table, out, B, T, C);
+  }
+  void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) override {
+    cpu::pos_embedding_bwd(dout, dtable, B, T, C);
+  }
+  double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V) override {
+    return cpu::cross_entropy_fwd(logits, targets, N, V);
+  }
+  void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
+                         int64_t V) override {
+    cpu::cross_entropy_bwd(logits, targets, *dloss, dlogits, N, V);
+  }
+  double mse_fwd(const float* pred, const float* target, int64_t n) override { return cpu::mse_fwd(pred, target, n); }
+  void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) override {
+    cpu::mse_bwd(pred, target, *dloss, dpred, n);
+  }
+  void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                 float eps, float wd, bool adamw, bool bias_correction, int64_t step) override {
+    cpu::adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
+  }
+  void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
+                bool nesterov, bool first_step) override {
+    cpu::sgd_step(p, g, buf, n, lr, momentum, dampening, wd, nesterov, first_step);
+  }
+  void scale_inplace(float* x, float s, int64_t n) override { cpu::scale_inplace(x, s, n); }
+  void accumulate(float* acc, const float* x, int64_t n) override {
+#pragma omp parallel for simd schedule(static)
+    for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
+  }
+  double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }
+  bool all_finite(const float* x, int64_t n) override { return cpu::all_finite(x, n); }
+  void round_to(DType dt, const float* src, float* dst, int64_t n) override {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) dst[i] = zerorun::round_to(dt, src[i]);
+  }
+  void set_scalar(float* p, float v) override { *p = v; }
+  float get_scalar(const float* p) override { return *p; }
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend b;
+  return b;
+}
+
+Backend& backend(Device d) {
+  if (d.is_cpu()) return cpu_backend();
+  Backend* c = cuda_backend();
+  ZR_CHECK(c, "a CUDA tensor reached an op, but this zerorun was built without CUDA");
+  return *c;
+}
+
+}  // namespace zerorun::kernels

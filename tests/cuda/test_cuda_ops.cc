@@ -1,0 +1,177 @@
+// Every CUDA op against the CPU op (forward outputs, input and parameter
+// gradients), plus the optimizer/reduction kernels. Exits 77 (ctest: skipped)
+// when no GPU is visible; tests/run_gpu.sh runs it on the device machine.
+#define CATCH_CONFIG_RUNNER
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "kernels/backend.h"
+#include "zerorun/cuda_rt.h"
+#include "zerorun/graph.h"
+#include "zerorun/rng.h"
+
+using namespace zerorun;
+
+namespace {
+const Device kGpu = Device::cuda(0);
+
+Tensor rnd(const Shape& s, Rng& r, double scale = 1.0) {
+  Tensor t = Tensor::empty(s, DType::F32, MemCategory::Buffers);
+  for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>((2 * r.uniform() - 1) * scale);
+  return t;
+}
+Tensor ids(const Shape& s, int64_t V, Rng& r) {
+  Tensor t = Tensor::empty(s, DType::I32, MemCategory::Buffers);
+  for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = static_cast<int32_t>(r.next() % V);
+  return t;
+}
+void close(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& what) {
+  Tensor g = gpu.to(Device::cpu());
+  REQUIRE(g.numel() == cpu.numel());
+  double mx = 1e-6;
+  for (int64_t i = 0; i < cpu.numel(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(cpu.f32()[i])));
+  double worst = 0;
+  int64_t at = 0;
+  for (int64_t i = 0; i < cpu.numel(); ++i) {
+    double d = std::fabs(static_cast<double>(cpu.f32()[i]) - g.f32()[i]) / mx;
+    if (d > worst) worst = d, at = i;
+  }
+  INFO(what << ": worst relative difference " << worst << " at " << at << " (cpu " << cpu.f32()[at] << ", cuda "
+            << g.f32()[at] << ")");
+  REQUIRE(worst <= tol);
+}
+
+struct Run {
+  std::vector<Tensor> out, din;
+  std::map<std::string, Tensor> dparams;
+};
+Run run_op(const Node& n, const std::vector<Tensor>& in, const std::map<std::string, Tensor>& params,
+           const Tensor& dout_cpu, Device dev) {
+  const Op& op = op_lookup(n.op);
+  NodeCtx c;
+  c.node = &n;
+  std::vector<Tensor> saved;
+  c.saved = &saved;
+  for (auto& t : in) c.in.push_back(t.to(dev));
+  for (auto& [k, t] : params) c.params[k] = t.to(dev);
+  op.forward(c);
+  c.dout = {dout_cpu.to(dev)};
+  for (auto& t : c.in)
+    c.din.push_back(t.dtype() == DType::F32 ? Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, dev) : Tensor());
+  for (auto& [k, t] : c.params) c.dparams[k] = Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, dev);
+  op.backward(c);
+  return {c.out, c.din, c.dparams};
+}
+
+void compare_op(const std::string& opname, json attrs, const std::vector<Tensor>& in,
+                const std::map<std::string, Tensor>& params, double tol = 2e-5) {
+  INFO("op " << opname);
+  Node n;
+  n.op = opname;
+  n.block = "b";
+  n.out = {"y"};
+  n.attrs = std::move(attrs);
+  // Upstream gradient: forward once on CPU for the shape.
+  Rng r(5);
+  const Op& op = op_lookup(opname);
+  std::vector<ValueInfo> vin;
+  for (auto& t : in) vin.push_back({t.shape(), t.dtype()});
+  std::map<std::string, Shape> ps;
+  for (auto& [k, t] : params) ps[k] = t.shape();
+  Shape os = op.infer(n, vin, ps)[0].shape;
+  Tensor dout = os.empty() ? Tensor::empty({}, DType::F32) : rnd(os, r);
+  if (os.empty()) dout.f32()[0] = 0.75f;
+  Run a = run_op(n, in, params, dout, Device::cpu());
+  Run b = run_op(n, in, params, dout, kGpu);
+  close(a.out[0], b.out[0], tol, "output");
+  for (size_t k = 0; k < in.size(); ++k)
+    if (a.din[k].defined()) close(a.din[k], b.din[k], tol, "input grad " + std::to_string(k));
+  for (auto& [k, t] : a.dparams) close(t, b.dparams[k], tol, "param grad " + k);
+}
+}  // namespace
+
+TEST_CASE("cuda ops match cpu ops", "[cuda]") {
+  Rng r(1);
+  compare_op("linear", {}, {rnd({4, 33, 96}, r)}, {{"weight", rnd({80, 96}, r)}, {"bias", rnd({80}, r)}});
+  compare_op("matmul", {}, {rnd({3, 17, 24}, r), rnd({3, 24, 19}, r)}, {});
+  compare_op("matmul", {}, {rnd({3, 17, 24}, r), rnd({24, 19}, r)}, {});
+  compare_op("add", {}, {rnd({4, 50, 64}, r), rnd({4, 50, 64}, r)}, {});
+  compare_op("add", {}, {rnd({4, 50, 64}, r), rnd({64}, r)}, {});
+  compare_op("mul", {}, {rnd({7, 130}, r), rnd({7, 130}, r)}, {});
+  for (auto* a : {"gelu", "relu", "silu"}) compare_op(a, {}, {rnd({9, 257}, r, 3.0)}, {});
+  compare_op("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, 200}, r)}, {{"weight", rnd({200}, r)}, {"bias", rnd({200}, r)}});
+  compare_op("rmsnorm", {{"eps", 1e-6}}, {rnd({6, 37, 200}, r)}, {{"weight", rnd({200}, r)}});
+  compare_op("attention", {{"n_head", 4}}, {rnd({3, 70, 3 * 64}, r)}, {}, 5e-5);
+  compare_op("embedding", {}, {ids({4, 40}, 300, r)}, {{"weight", rnd({300, 48}, r)}}, 1e-5);
+  compare_op("embedding", {{"position", true}}, {ids({4, 40}, 300, r)}, {{"weight", rnd({64, 48}, r)}}, 1e-5);
+  compare_op("cross_entropy", {}, {rnd({4, 30, 1000}, r, 4.0), ids({4, 30}, 1000, r)}, {}, 2e-5);
+  compare_op("mse", {}, {rnd({33, 65}, r), rnd({33, 65}, r)}, {});
+}
+
+TEST_CASE("cuda optimizer and reduction kernels match cpu", "[cuda]") {
+  Rng r(2);
+  auto& cpu = kernels::cpu_backend();
+  auto& gpu = kernels::backend(kGpu);
+  const int64_t n = 100003;
+  Tensor p = rnd({n}, r), g = rnd({n}, r), m = rnd({n}, r, 0.1), v = rnd({n}, r, 0.1);
+  for (int64_t i = 0; i < n; ++i) v.f32()[i] = std::fabs(v.f32()[i]);
+  for (bool adamw : {true, false}) {
+    Tensor pc = p.clone(), mc = m.clone(), vc = v.clone();
+    Tensor pg = p.to(kGpu), gg = g.to(kGpu), mg = m.to(kGpu), vg = v.to(kGpu);
+    cpu.adam_step(pc.f32(), g.f32(), mc.f32(), vc.f32(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, adamw, true, 7);
+    gpu.adam_step(pg.f32(), gg.f32(), mg.f32(), vg.f32(), n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, adamw, true, 7);
+    close(pc, pg, 1e-6, "adam params");
+    close(mc, mg, 1e-6, "adam m");
+    close(vc, vg, 1e-6, "adam v");
+  }
+  Tensor pc = p.clone(), bc = m.clone(), pg = p.to(kGpu), bg = m.to(kGpu), gg = g.to(kGpu);
+  cpu.sgd_step(pc.f32(), g.f32(), bc.f32(), n, 0.1f, 0.9f, 0.1f, 0.01f, true, false);
+  gpu.sgd_step(pg.f32(), gg.f32(), bg.f32(), n, 0.1f, 0.9f, 0.1f, 0.01f, true, false);
+  close(pc, pg, 1e-6, "sgd");
+  REQUIRE(gpu.sum_squares(gg.f32(), n) == Approx(cpu.sum_squares(g.f32(), n)).epsilon(1e-5));
+  REQUIRE(gpu.all_finite(gg.f32(), n));
+  gpu.set_scalar(gg.f32() + 777, NAN);
+  REQUIRE(!gpu.all_finite(gg.f32(), n));
+  gpu.set_scalar(gg.f32() + 777, INFINITY);
+  REQUIRE(!gpu.all_finite(gg.f32(), n));
+  for (DType dt : {DType::BF16, DType::F16}) {
+    Tensor src = rnd({n}, r, 100.0), dc = Tensor::empty({n}, DType::F32), dg = Tensor::empty({n}, DType::F32,
+                                                                                        MemCategory::Buffers, kGpu);
+    Tensor sg = src.to(kGpu);
+    cpu.round_to(dt, src.f32(), dc.f32(), n);
+    gpu.round_to(dt, sg.f32(), dg.f32(), n);
+    close(dc, dg, 0.0, std::string("round to ") + dtype_name(dt));  // bitwise
+  }
+  Tensor a = rnd({n}, r), x = rnd({n}, r), ag = a.to(kGpu), xg = x.to(kGpu);
+  cpu.accumulate(a.f32(), x.f32(), n);
+  gpu.accumulate(ag.f32(), xg.f32(), n);
+  cpu.scale_inplace(a.f32(), 0.5f, n);
+  gpu.scale_inplace(ag.f32(), 0.5f, n);
+  close(a, ag, 0.0, "accumulate + scale");
+  Tensor bad = ids({10}, 5, r);
+  bad.i32()[3] = 9;
+  REQUIRE(!gpu.ids_in_range(bad.to(kGpu).i32(), 10, 5));
+  REQUIRE(gpu.ids_in_range(bad.to(kGpu).i32(), 10, 10));
+}
+
+TEST_CASE("device memory accounting and the caching allocator", "[cuda]") {
+  MemStats before = mem_stats(true);
+  {
+    Tensor t = Tensor::zeros({1 << 20}, DType::F32, MemCategory::Params, kGpu);
+    MemStats mid = mem_stats(true);
+    REQUIRE(mid.current[static_cast<size_t>(MemCategory::Params)] -
+                before.current[static_cast<size_t>(MemCategory::Params)] ==
+            4 << 20);
+    REQUIRE(t.to(Device::cpu()).f32()[12345] == 0.f);
+  }
+  REQUIRE(mem_stats(true).current == before.current);
+  REQUIRE(cuda::cached_bytes() >= (4u << 20));  // kept for reuse
+}
+
+int main(int argc, char** argv) {
+  if (!cuda::available()) {
+    std::printf("no GPU visible: CUDA op tests skipped\n");
+    return 77;
+  }
+  return Catch::Session().run(argc, argv);
+}

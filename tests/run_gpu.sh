@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Runs the GPU tests on the device machine from the bundle that
+# tests/make_device_bundle.sh made (.devbuild/, carried by the device tool):
+# the CUDA-vs-CPU op tests and a GPU-vs-CPU training comparison.
+# Usage there: bash tests/run_gpu.sh [OUT_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTD=${1:-${OUT:-/tmp}}
+export LD_LIBRARY_PATH="$PWD/.devbuild/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+ldconfig -p | grep -q "libmpi.so.40 " || export LD_LIBRARY_PATH="$PWD/.devbuild/lib-mpi:$LD_LIBRARY_PATH"
+export NCCL_NVLS_ENABLE=0
+BIN=.devbuild/bin
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+"$BIN/zerorun" report
+rc=0
+"$BIN/zerorun_cuda_tests" 2>&1 | tee "$OUTD/cuda_ops.log" | tail -25
+[[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+if [[ -x "$BIN/zerorun" ]] && "$BIN/zerorun" train --help 2>/dev/null | grep -q -- "--device"; then
+  W=$(mktemp -d)
+  "$BIN/zerorun" init --arch gpt2 --vocab 256 --n_ctx 64 --n_embd 64 --n_layer 2 --n_head 4 --seed 3 -o "$W/m.bin" >/dev/null
+  echo '{"train_batch_size": 8, "gradient_clipping": 1.0, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}' >"$W/c.json"
+  for dev in cpu cuda; do
+    "$BIN/zerorun" --device $dev --config "$W/c.json" "$W/m.bin" --steps 20 --seq_len 64 --log_dir "$W/$dev" \
+      >"$W/$dev.out" 2>&1 || { echo "training on $dev failed:"; tail -5 "$W/$dev.out"; rc=1; }
+  done
+  if [[ -s "$W/cpu/metrics.jsonl" && -s "$W/cuda/metrics.jsonl" ]]; then
+    paste -d' ' <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$W/cpu/metrics.jsonl") \
+      <(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$W/cuda/metrics.jsonl") |
+      awk '{d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d; printf "step %2d cpu %.7f cuda %.7f rel %.2e\n", NR, $1, $2, d}
+           END{printf "gpu vs cpu fp32, 20 steps: worst relative %.2e -> %s\n", w, (w<=1e-4?"PASS":"FAIL"); exit !(w<=1e-4)}' ||
+      rc=1
+  fi
+fi
+exit $rc
