@@ -21,9 +21,9 @@ class Backend {
   virtual void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
                     float beta, float* C) = 0;
   // Batched: `batch` products with element strides between them; lda/ldb/ldc are row strides.
-  virtual void gemm_strided(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                            int64_t lda, int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C,
-                            int64_t ldc, int64_t sC, int64_t batch) = 0;
+  virtual void gemm_strided(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                            int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc,
+                            int64_t sC, int64_t batch) = 0;
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in,
                           int64_t out) = 0;
   virtual void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
@@ -38,19 +38,17 @@ class Backend {
                              int64_t N, int64_t C, float eps) = 0;
   virtual void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy,
                              float* dx, float* dw, float* db, int64_t N, int64_t C) = 0;
-  virtual void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C,
-                           float eps) = 0;
+  virtual void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) = 0;
   virtual void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
                            int64_t N, int64_t C) = 0;
   virtual void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C,
                              int64_t H) = 0;
-  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B,
-                             int64_t T, int64_t C, int64_t H) = 0;
+  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
+                             int64_t C, int64_t H) = 0;
   // Returns false if any id is outside [0, V) (nothing is written then).
   virtual bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) = 0;
   virtual void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) = 0;
-  virtual void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C,
-                             int64_t V) = 0;
+  virtual void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) = 0;
   virtual void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) = 0;
   virtual void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) = 0;
   virtual double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V) = 0;

@@ -9,7 +9,7 @@ W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 cd "$W"
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-"$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --seed 9 -o m.bin >/dev/null
+"$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --seed 9 -o pm.bin >/dev/null
 pass=0 fail=0
 losses() { sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$1/metrics.jsonl"; }
 # Largest |a-b| / max(1, |b|) over all tensors of two f32 safetensors files (stdlib only): allclose
@@ -36,7 +36,7 @@ cat >c0.json <<EOF2
 {"train_batch_size": 12, "gradient_clipping": 0.5, "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.1}}}
 EOF2
 # Reference: one rank, no ZeRO.
-"$ZR" --config c0.json m.bin --steps 20 --micro_batch_size 2 --log_dir ref --final_weights ref.safetensors \
+"$ZR" --config c0.json pm.bin --steps 20 --micro_batch_size 2 --log_dir ref --final_weights ref.safetensors \
   >/dev/null 2>&1 || { echo "FAIL - 1-rank run"; exit 1; }
 for stage in 0 1 2 3; do
   cat >c.json <<EOF2
@@ -46,7 +46,7 @@ EOF2
   for spec in "1 2" "2 2" "3 2" "4 3"; do
     set -- $spec
     n=$1 micro=$2
-    out=$("$ZR" --num_gpus "$n" --device cpu --config c.json m.bin --steps 20 --micro_batch_size "$micro" \
+    out=$("$ZR" --num_gpus "$n" --device cpu --config c.json pm.bin --steps 20 --micro_batch_size "$micro" \
       --log_dir "r$n" --final_weights "w$n.safetensors" 2>&1)
     if [[ $? -ne 0 ]]; then
       fail=$((fail + 1)); echo "FAIL - stage $stage on $n ranks did not run:"; echo "$out" | tail -5; continue

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "zerorun/memory.h"
+
 namespace zerorun {
 
 struct OptimizerConfig {
@@ -83,6 +85,7 @@ struct Config {
   int64_t batch = 0, micro = 0, gas = 0;
   int world_size = 1;
   Precision precision = Precision::FP32;
+  Device device;  // where training runs (set by the trainer)
 };
 
 Config parse_config(const nlohmann::json& j, const std::string& source);

@@ -20,6 +20,10 @@
 #include "zerorun/optim.h"
 #include "zerorun/zero_plan.h"
 
+namespace zerorun::kernels {
+class Backend;
+}
+
 namespace zerorun {
 
 struct StepStats {
@@ -87,10 +91,13 @@ class Engine {
   float* master_at(int p, int64_t elem);        // fp32 master element of param p (in this rank's range)
   float* state_at(int k, int p, int64_t elem);  // optimizer state k (0 = m, 1 = v) element
   void gather_after_step();
+  kernels::Backend& be() const;
+  void copy_f32(float* dst, const float* src, int64_t n) const;  // any devices
 
   const Model& model_;
   Config cfg_;
   Communicator& comm_;
+  Device dev_;
   int stage_ = 0;
   bool mixed_ = false;
   int64_t seq_len_ = 0;

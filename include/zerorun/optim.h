@@ -12,7 +12,7 @@ namespace zerorun {
 
 class Optimizer {
  public:
-  Optimizer(const OptimizerConfig& cfg, int64_t n);
+  Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev = Device::cpu());
   // One update of p[0..n) from g; `lr` and `beta1` come from the scheduler.
   void step(float* p, const float* g, double lr, double beta1);
   // Sharded form: begin_step() once per optimizer step, then update() on
@@ -28,6 +28,7 @@ class Optimizer {
  private:
   OptimizerConfig cfg_;
   int64_t n_;
+  Device dev_;
   int64_t steps_ = 0;
   Tensor m_, v_;
 };

@@ -17,7 +17,6 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);
 
-
 class Tensor {
  public:
   Tensor() = default;

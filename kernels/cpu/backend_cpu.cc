@@ -16,8 +16,8 @@ class CpuBackend : public Backend {
     cpu::gemm(ta, tb, M, N, K, alpha, A, B, beta, C);
   }
   void gemm_strided(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                    int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc,
-                    int64_t sC, int64_t batch) override {
+                    int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc, int64_t sC,
+                    int64_t batch) override {
     for (int64_t i = 0; i < batch; ++i)
       cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha,
                   A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
@@ -55,12 +55,11 @@ class CpuBackend : public Backend {
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) override {
     cpu::rmsnorm_fwd(x, w, y, rstd, N, C, eps);
   }
-  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
-                   int64_t N, int64_t C) override {
+  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int64_t N,
+                   int64_t C) override {
     cpu::rmsnorm_bwd(x, w, rstd, dy, dx, dw, N, C);
   }
-  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C,
-                     int64_t H) override {
+  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
     cpu::attention_fwd(qkv, out, probs, B, T, C, H);
   }
   void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
@@ -95,8 +94,8 @@ class CpuBackend : public Backend {
   void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) override {
     cpu::mse_bwd(pred, target, *dloss, dpred, n);
   }
-  void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                 float eps, float wd, bool adamw, bool bias_correction, int64_t step) override {
+  void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                 float wd, bool adamw, bool bias_correction, int64_t step) override {
     cpu::adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
   }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,

@@ -21,13 +21,14 @@ inline unsigned grid_for(int64_t n) {
   int64_t b = (n + kTpb - 1) / kTpb;
   return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(b, 1 << 20)));
 }
-#define GRID_STRIDE(i, n) for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-#define LAUNCH(kernel, n, ...)                                       \
-  do {                                                               \
-    if ((n) > 0) {                                                   \
-      kernel<<<grid_for(n), kTpb>>>(__VA_ARGS__);                    \
-      ZR_CUDA(cudaGetLastError());                                   \
-    }                                                                \
+#define GRID_STRIDE(i, n) \
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+#define LAUNCH(kernel, n, ...)                    \
+  do {                                            \
+    if ((n) > 0) {                                \
+      kernel<<<grid_for(n), kTpb>>>(__VA_ARGS__); \
+      ZR_CUDA(cudaGetLastError());                \
+    }                                             \
   } while (0)
 
 __device__ inline float warp_sum(float v) {
@@ -117,8 +118,8 @@ __global__ void k_act_bwd(int act, const float* x, const float* dy, float* dx, i
 }
 
 // ---- norms: one warp per row ----------------------------------------------------
-__global__ void k_ln_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
-                         int64_t N, int64_t C, float eps) {
+__global__ void k_ln_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
+                         int64_t C, float eps) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -148,8 +149,8 @@ __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, c
   s2 = warp_sum(s2) / C;
   for (int64_t c = lane; c < C; c += 32) dx[row * C + c] += (dr[c] * w[c] - s1 - (xr[c] - mu) * rs * s2) * rs;
 }
-__global__ void k_ln_bwd_wb(const float* x, const float* mean, const float* rstd, const float* dy, float* dw,
-                            float* db, int64_t N, int64_t C) {
+__global__ void k_ln_bwd_wb(const float* x, const float* mean, const float* rstd, const float* dy, float* dw, float* db,
+                            int64_t N, int64_t C) {
   GRID_STRIDE(c, C) {
     float sw = 0.f, sb = 0.f;
     for (int64_t n = 0; n < N; ++n) {
@@ -261,8 +262,7 @@ __global__ void k_ce_bwd(const float* logits, const int32_t* targets, const floa
   float inv = 1.f / block_sum(s);
   float scale = *dloss / static_cast<float>(N);
   int32_t t = targets[blockIdx.x];
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-    d[v] += scale * (expf(l[v] - mx) * inv - (v == t ? 1.f : 0.f));
+  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) d[v] += scale * (expf(l[v] - mx) * inv - (v == t ? 1.f : 0.f));
 }
 __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* out) {
   float s = 0.f;
@@ -279,8 +279,8 @@ __global__ void k_mse_bwd(const float* p, const float* t, const float* dloss, fl
 }
 
 // ---- optimizer and helpers ----------------------------------------------------------
-__global__ void k_adam(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2,
-                       float eps, float wd, bool adamw, float step_size, float bc2_sqrt) {
+__global__ void k_adam(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
+                       float wd, bool adamw, float step_size, float bc2_sqrt) {
   GRID_STRIDE(i, n) {
     float gi = g[i];
     if (!adamw && wd != 0.f) gi += wd * p[i];
@@ -335,8 +335,8 @@ class CudaBackend : public Backend {
     gemm_strided(ta, tb, M, N, K, alpha, A, ta ? M : K, 0, B, tb ? K : N, 0, beta, C, N, 0, 1);
   }
   void gemm_strided(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
-                    int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc,
-                    int64_t sC, int64_t batch) override {
+                    int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc, int64_t sC,
+                    int64_t batch) override {
     if (M == 0 || N == 0 || batch == 0) return;
     // Row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T.
     ZR_CUBLAS(cublasSgemmStridedBatched(h_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
@@ -395,15 +395,14 @@ class CudaBackend : public Backend {
     k_rms_fwd<<<rows_grid(N), kTpb>>>(x, w, y, rstd, N, C, eps);
     ZR_CUDA(cudaGetLastError());
   }
-  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
-                   int64_t N, int64_t C) override {
+  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int64_t N,
+                   int64_t C) override {
     if (!N) return;
     if (dx) k_rms_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, rstd, dy, dx, N, C);
     if (dw) LAUNCH(k_ln_bwd_wb, C, x, nullptr, rstd, dy, dw, nullptr, N, C);
     ZR_CUDA(cudaGetLastError());
   }
-  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C,
-                     int64_t H) override {
+  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
     const int64_t hs = C / H, C3 = 3 * C, TT = T * T;
     const float scale = 1.f / std::sqrt(static_cast<float>(hs));
     for (int64_t b = 0; b < B; ++b) {
@@ -429,12 +428,12 @@ class CudaBackend : public Backend {
       const float* P = probs + b * H * TT;
       const float* dO = dout + b * T * C;
       float* dq = dqkv + b * T * C3;
-      gemm_strided(false, true, T, T, hs, 1.f, dO, C, hs, q + 2 * C, C3, hs, 0.f, dP.p, T, TT, H);      // dP = dO V^T
-      gemm_strided(true, false, T, hs, T, 1.f, P, T, TT, dO, C, hs, 1.f, dq + 2 * C, C3, hs, H);         // dV += P^T dO
+      gemm_strided(false, true, T, T, hs, 1.f, dO, C, hs, q + 2 * C, C3, hs, 0.f, dP.p, T, TT, H);  // dP = dO V^T
+      gemm_strided(true, false, T, hs, T, 1.f, P, T, TT, dO, C, hs, 1.f, dq + 2 * C, C3, hs, H);    // dV += P^T dO
       k_softmax_bwd<<<rows_grid(H * T), kTpb>>>(P, dP.p, H * T, T, scale);
       ZR_CUDA(cudaGetLastError());
-      gemm_strided(false, false, T, hs, T, 1.f, dP.p, T, TT, q + C, C3, hs, 1.f, dq, C3, hs, H);         // dQ += dS K
-      gemm_strided(true, false, T, hs, T, 1.f, dP.p, T, TT, q, C3, hs, 1.f, dq + C, C3, hs, H);          // dK += dS^T Q
+      gemm_strided(false, false, T, hs, T, 1.f, dP.p, T, TT, q + C, C3, hs, 1.f, dq, C3, hs, H);  // dQ += dS K
+      gemm_strided(true, false, T, hs, T, 1.f, dP.p, T, TT, q, C3, hs, 1.f, dq + C, C3, hs, H);   // dK += dS^T Q
     }
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
@@ -479,8 +478,8 @@ class CudaBackend : public Backend {
   void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) override {
     LAUNCH(k_mse_bwd, n, pred, target, dloss, dpred, n);
   }
-  void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
-                 float eps, float wd, bool adamw, bool bias_correction, int64_t step) override {
+  void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                 float wd, bool adamw, bool bias_correction, int64_t step) override {
     float bc1 = 1.f, bc2 = 1.f;
     if (bias_correction) {
       bc1 = 1.f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));

@@ -6,16 +6,16 @@
 
 #include "zerorun/error.h"
 
-#define ZR_CUDA(call)                                                                                        \
-  do {                                                                                                       \
-    cudaError_t zr_e_ = (call);                                                                              \
-    if (zr_e_ != cudaSuccess)                                                                                \
+#define ZR_CUDA(call)                                                                                          \
+  do {                                                                                                         \
+    cudaError_t zr_e_ = (call);                                                                                \
+    if (zr_e_ != cudaSuccess)                                                                                  \
       ZR_FAIL("CUDA error ", cudaGetErrorName(zr_e_), " (", cudaGetErrorString(zr_e_), ") in ", #call, " at ", \
-              __FILE__, ":", __LINE__);                                                                      \
+              __FILE__, ":", __LINE__);                                                                        \
   } while (0)
-#define ZR_CUBLAS(call)                                                                                    \
-  do {                                                                                                     \
-    cublasStatus_t zr_s_ = (call);                                                                         \
-    if (zr_s_ != CUBLAS_STATUS_SUCCESS)                                                                    \
+#define ZR_CUBLAS(call)                                                                                  \
+  do {                                                                                                   \
+    cublasStatus_t zr_s_ = (call);                                                                       \
+    if (zr_s_ != CUBLAS_STATUS_SUCCESS)                                                                  \
       ZR_FAIL("cuBLAS error ", static_cast<int>(zr_s_), " in ", #call, " at ", __FILE__, ":", __LINE__); \
   } while (0)

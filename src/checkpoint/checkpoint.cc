@@ -121,11 +121,11 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
     if (rg.empty()) continue;
     const std::string& name = plan_.params[p].name;
     Tensor mt = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
-    std::copy_n(master_at(static_cast<int>(p), rg.begin), rg.size(), mt.f32());
+    copy_f32(mt.f32(), master_at(static_cast<int>(p), rg.begin), rg.size());
     items.push_back({name + ".master", mt});
     for (size_t k = 0; k < states.size(); ++k) {
       Tensor st = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
-      std::copy_n(state_at(static_cast<int>(k), static_cast<int>(p), rg.begin), rg.size(), st.f32());
+      copy_f32(st.f32(), state_at(static_cast<int>(k), static_cast<int>(p), rg.begin), rg.size());
       items.push_back({name + "." + states[k].first, st});
     }
   }
@@ -225,23 +225,22 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
     zero::Range need = stage_ == 3 ? plan_.param_owned(pi, comm_.rank()) : zero::Range{0, s.numel};
     zero::Range own = stage_ == 0 ? zero::Range{0, s.numel} : plan_.param_owned(pi, comm_.rank());
     if (!need.empty()) {
-      std::vector<float> v(static_cast<size_t>(need.size()));
+      std::vector<float> v(static_cast<size_t>(need.size())), c(v.size());
       read_into(s.name, "master", need.begin, need.end, v.data());
-      for (int64_t i = need.begin; i < need.end; ++i) {
-        float x = v[static_cast<size_t>(i - need.begin)];
-        float c = mixed_ ? round_to(dt, x) : x;
-        if (stage_ < 3) {
-          compute_.f32()[s.offset + i] = c;
-        } else {
-          int64_t pos = s.offset + i - plan_.owned(s.group, comm_.rank()).begin;
-          param_shard_.f32()[shard_off_[static_cast<size_t>(s.group)] + pos] = c;
-        }
-        if (i >= own.begin && i < own.end) *master_at(pi, i) = x;  // after compute: fp32 master may alias it
-      }
+      for (size_t i = 0; i < v.size(); ++i) c[i] = mixed_ ? round_to(dt, v[i]) : v[i];
+      float* dst = stage_ < 3 ? compute_.f32() + s.offset + need.begin
+                              : param_shard_.f32() + shard_off_[static_cast<size_t>(s.group)] +
+                                    (s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin);
+      copy_f32(dst, c.data(), need.size());
+      // After the compute copy: in fp32 the master may alias it. `own` lies inside `need`.
+      if (!own.empty()) copy_f32(master_at(pi, own.begin), v.data() + (own.begin - need.begin), own.size());
     }
     if (!own.empty())
-      for (size_t k = 0; k < states.size(); ++k)
-        read_into(s.name, states[k].first, own.begin, own.end, state_at(static_cast<int>(k), pi, own.begin));
+      for (size_t k = 0; k < states.size(); ++k) {
+        std::vector<float> st(static_cast<size_t>(own.size()));
+        read_into(s.name, states[k].first, own.begin, own.end, st.data());
+        copy_f32(state_at(static_cast<int>(k), pi, own.begin), st.data(), own.size());
+      }
   }
   global_step_ = m["step"].get<int64_t>();
   updates_ = m["updates"].get<int64_t>();

@@ -42,6 +42,8 @@ nlohmann::json hf_config(const nlohmann::json& graph) {
 
 MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, const std::string& out_dir, DType dtype) {
   ZR_CHECK(dtype == DType::F32 || dtype == DType::BF16, "merge: --dtype must be fp32 or bf16");
+  rusage ru0{};
+  getrusage(RUSAGE_SELF, &ru0);
   const std::string dir = ckpt::resolve_dir(ckpt, tag);
   nlohmann::json m = ckpt::read_manifest(dir, true);
   Graph g = Graph::from_json(m.at("graph"));
@@ -94,6 +96,7 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   r.peak_rss_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;
+  r.baseline_rss_bytes = static_cast<int64_t>(ru0.ru_maxrss) * 1024;
   return r;
 }
 

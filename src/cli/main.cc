@@ -214,8 +214,11 @@ int main(int argc, char** argv) {
       std::printf("merged %s: %lld parameters -> %s (%s), %s%s%s\n", r.dir.c_str(), static_cast<long long>(r.params),
                   r.safetensors.c_str(), merge_dtype.c_str(), r.model_bin.c_str(), r.config_json.empty() ? "" : ", ",
                   r.config_json.c_str());
-      std::printf("peak memory %.1f MiB (model %.1f MiB fp32, largest tensor %.1f MiB)\n", r.peak_rss_bytes / 1048576.0,
-                  r.params * 4 / 1048576.0, r.largest * 4 / 1048576.0);
+      std::printf(
+          "peak memory +%.1f MiB while merging (process peak %.1f MiB; model %.1f MiB fp32, largest tensor "
+          "%.1f MiB)\n",
+          (r.peak_rss_bytes - r.baseline_rss_bytes) / 1048576.0, r.peak_rss_bytes / 1048576.0, r.params * 4 / 1048576.0,
+          r.largest * 4 / 1048576.0);
       return 0;
     }
     if (*report_cmd) {

@@ -4,6 +4,7 @@
 
 #include <cstring>
 
+#include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
 
 namespace zerorun {
@@ -79,11 +80,16 @@ class SelfComm : public Communicator {
 
  protected:
   void do_all_reduce(void*, int64_t, DType, ReduceOp) override {}
-  void do_reduce_scatter(const void* s, void* r, int64_t n, DType dt) override {
-    if (s != r) std::memmove(r, s, static_cast<size_t>(n) * dtype_size(dt));
-  }
-  void do_all_gather(const void* s, void* r, int64_t n, DType dt) override {
-    if (s != r) std::memmove(r, s, static_cast<size_t>(n) * dtype_size(dt));
+  void do_reduce_scatter(const void* s, void* r, int64_t n, DType dt) override { move(r, s, n, dt); }
+  void do_all_gather(const void* s, void* r, int64_t n, DType dt) override { move(r, s, n, dt); }
+  // Buffers may be device memory (a one-GPU run): copy through CUDA then.
+  static void move(void* r, const void* s, int64_t n, DType dt) {
+    if (s == r) return;
+    size_t b = static_cast<size_t>(n) * dtype_size(dt);
+    if (cuda::available())
+      cuda::copy(r, s, b);
+    else
+      std::memmove(r, s, b);
   }
   void do_broadcast(void*, int64_t, DType, int) override {}
   void do_barrier() override {}

@@ -1,9 +1,9 @@
 // Tensor construction, views and copies.
 #include "zerorun/tensor.h"
 
-#include "zerorun/cuda_rt.h"
-
 #include <cstring>
+
+#include "zerorun/cuda_rt.h"
 
 namespace zerorun {
 

@@ -9,7 +9,8 @@
 #include <limits>
 #include <sstream>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backend.h"
+#include "zerorun/cuda_rt.h"
 
 namespace zerorun {
 
@@ -18,6 +19,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   ZR_CHECK(cfg_.world_size == comm.size(), "config resolved for world size ", cfg_.world_size, " but running ",
            comm.size(), " ranks");
   stage_ = cfg_.zero.stage;
+  dev_ = cfg_.device;
   mixed_ = cfg_.precision != Precision::FP32;
   seq_len_ = cfg_.train.seq_len;
   if (model_.symbols.count("T")) {
@@ -30,20 +32,24 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   build_layout();
   const int r = comm_.rank();
 
-  // Compute parameters (full for stages 0-2, this rank's shard for stage 3).
+  // Compute parameters (full for stages 0-2, this rank's shard for stage 3),
+  // staged on the host and moved to the training device.
+  const Device host = Device::cpu();
   if (stage_ < 3) {
-    compute_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Params);
-    for (auto& s : plan_.params) std::copy_n(model_.tensors.at(s.name).f32(), s.numel, compute_.f32() + s.offset);
+    Tensor hc = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Buffers, host);
+    for (auto& s : plan_.params) std::copy_n(model_.tensors.at(s.name).f32(), s.numel, hc.f32() + s.offset);
+    compute_ = hc.to(dev_, MemCategory::Params);
   } else {
-    param_shard_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Params);
+    Tensor hs = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Buffers, host);
     for (size_t p = 0; p < plan_.params.size(); ++p) {
       const zero::ParamSlot& s = plan_.params[p];
       zero::Range own = plan_.param_owned(static_cast<int>(p), r);
       if (own.empty()) continue;
       int64_t piece = s.offset + own.begin - plan_.owned(s.group, r).begin;
       std::copy_n(model_.tensors.at(s.name).f32() + own.begin, own.size(),
-                  param_shard_.f32() + shard_off_[static_cast<size_t>(s.group)] + piece);
+                  hs.f32() + shard_off_[static_cast<size_t>(s.group)] + piece);
     }
+    param_shard_ = hs.to(dev_, MemCategory::Params);
   }
   // fp32 master: in fp32 the compute weights are the master; with 16-bit
   // compute it is optimizer state, sharded from stage 1 on.
@@ -51,21 +57,21 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     if (stage_ == 0) {
       master_ = compute_.clone(MemCategory::Optimizer);
     } else {
-      master_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Optimizer);
+      master_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Optimizer, dev_);
       for (size_t g = 0; g < plan_.groups.size(); ++g) {
         zero::Range own = plan_.owned(static_cast<int>(g), r);
         const float* src = stage_ < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
-        std::copy_n(src, own.size(), master_.f32() + shard_off_[g]);
+        copy_f32(master_.f32() + shard_off_[g], src, own.size());
       }
     }
     const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
     Tensor& c = stage_ < 3 ? compute_ : param_shard_;
-    for (int64_t i = 0; i < c.numel(); ++i) c.f32()[i] = round_to(dt, c.f32()[i]);
+    be().round_to(dt, c.f32(), c.f32(), c.numel());
   }
   if (stage_ < 2)
-    grads_full_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Grads);
+    grads_full_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Grads, dev_);
   else
-    grads_shard_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Grads);
+    grads_shard_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Grads, dev_);
 
   std::map<std::string, Tensor> pv, gv;
   for (auto& s : plan_.params) {
@@ -90,7 +96,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
       if (rt_[g].persistent) ensure_live(static_cast<int>(g));
     }
   }
-  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, stage_ == 0 ? plan_.padded : plan_.shard_numel());
+  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, stage_ == 0 ? plan_.padded : plan_.shard_numel(), dev_);
   sched_ = std::make_unique<LrSchedule>(cfg_.scheduler, cfg_.optimizer, total_steps);
   scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale, cfg_.precision == Precision::FP16);
 }
@@ -143,13 +149,23 @@ void Engine::build_layout() {
   rt_.resize(plan_.groups.size());
 }
 
+kernels::Backend& Engine::be() const { return kernels::backend(dev_); }
+
+void Engine::copy_f32(float* dst, const float* src, int64_t n) const {
+  if (n <= 0) return;
+  if (dev_.is_cpu())
+    std::copy_n(src, n, dst);
+  else
+    cuda::copy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
 // ---- stage 3 parameter life cycle -----------------------------------------
 
 void Engine::start_gather(int g) {
   GroupRt& s = rt_[static_cast<size_t>(g)];
   if (s.full.defined()) return;  // live or in flight
   const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
-  s.full = Tensor::empty({grp.padded}, DType::F32, MemCategory::Params);
+  s.full = Tensor::empty({grp.padded}, DType::F32, MemCategory::Params, dev_);
   s.gather = comm_.all_gather_async(param_shard_.f32() + shard_off_[static_cast<size_t>(g)], s.full.f32(), grp.shard,
                                     DType::F32);
 }
@@ -227,7 +243,7 @@ void Engine::begin_grads(size_t b) {
     GroupRt& s = rt_[static_cast<size_t>(g)];
     if (s.work_grad.defined()) continue;
     const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
-    s.work_grad = Tensor::zeros({grp.padded}, DType::F32, MemCategory::Grads);
+    s.work_grad = Tensor::zeros({grp.padded}, DType::F32, MemCategory::Grads, dev_);
     for (int p : grp.params) {
       const zero::ParamSlot& ps = plan_.params[static_cast<size_t>(p)];
       exec_->set_grad(ps.name,
@@ -241,10 +257,9 @@ void Engine::finish_grads(size_t b) {
     if (ready_block_[static_cast<size_t>(g)] != b) continue;
     GroupRt& s = rt_[static_cast<size_t>(g)];
     const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
-    Tensor mine = Tensor::empty({grp.shard}, DType::F32, MemCategory::Grads);
+    Tensor mine = Tensor::empty({grp.shard}, DType::F32, MemCategory::Grads, dev_);
     comm_.reduce_scatter(s.work_grad.f32(), mine.f32(), grp.shard, DType::F32);
-    float* acc = grads_shard_.f32() + shard_off_[static_cast<size_t>(g)];
-    for (int64_t i = 0; i < grp.shard; ++i) acc[i] += mine.f32()[i];
+    be().accumulate(grads_shard_.f32() + shard_off_[static_cast<size_t>(g)], mine.f32(), grp.shard);
     for (int p : grp.params) exec_->set_grad(plan_.params[static_cast<size_t>(p)].name, Tensor());
     s.work_grad = Tensor();
   }
@@ -262,16 +277,13 @@ void Engine::refresh_compute_params() {
   if (!mixed_) return;
   const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
   if (stage_ == 0) {
-    const float* m = master_.f32();
-    float* c = compute_.f32();
-    for (int64_t i = 0; i < plan_.padded; ++i) c[i] = round_to(dt, m[i]);
+    be().round_to(dt, master_.f32(), compute_.f32(), plan_.padded);
     return;
   }
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
     float* dst = stage_ < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
-    const float* m = master_.f32() + shard_off_[g];
-    for (int64_t i = 0; i < own.size(); ++i) dst[i] = round_to(dt, m[i]);
+    be().round_to(dt, master_.f32() + shard_off_[g], dst, own.size());
   }
 }
 
@@ -283,8 +295,9 @@ void Engine::gather_after_step() {
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       const zero::Group& grp = plan_.groups[g];
       zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
-      std::vector<float> mine(compute_.f32() + own.begin, compute_.f32() + own.end);
-      comm_.all_gather(mine.data(), compute_.f32() + grp.offset, grp.shard, DType::F32);
+      Tensor mine = Tensor::empty({grp.shard}, DType::F32, MemCategory::Buffers, dev_);
+      copy_f32(mine.f32(), compute_.f32() + own.begin, grp.shard);
+      comm_.all_gather(mine.f32(), compute_.f32() + grp.offset, grp.shard, DType::F32);
     }
   } else if (stage_ == 3) {
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
@@ -304,6 +317,8 @@ StepStats Engine::train_step(DataSource& data) {
   for (int64_t a = 0; a < cfg_.gas; ++a) {
     int64_t first = global_step_ * cfg_.batch + (a * W + r) * cfg_.micro;
     auto inputs = data.batch(first, cfg_.micro);
+    if (!dev_.is_cpu())
+      for (auto& [k, t] : inputs) t = t.to(dev_, MemCategory::Activations);
     loss_sum += exec_->forward(inputs);
     // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale).
     exec_->backward(static_cast<float>(scale / static_cast<double>(cfg_.gas)));
@@ -319,8 +334,8 @@ StepStats Engine::train_step(DataSource& data) {
     loss_sum = l;
   }
   st.loss = loss_sum / static_cast<double>(cfg_.gas * W);
-  kernels::cpu::scale_inplace(g, static_cast<float>(1.0 / (scale * W)), gn);
-  float overflow = kernels::cpu::all_finite(g, gn) ? 0.f : 1.f;
+  be().scale_inplace(g, static_cast<float>(1.0 / (scale * W)), gn);
+  float overflow = be().all_finite(g, gn) ? 0.f : 1.f;
   comm_.all_reduce(&overflow, 1, DType::F32, ReduceOp::Max);
   ++global_step_;
   st.step = global_step_;
@@ -330,7 +345,7 @@ StepStats Engine::train_step(DataSource& data) {
     scaler_->update(true);
   } else {
     scaler_->update(false);
-    double ss = kernels::cpu::sum_squares(g, gn);
+    double ss = be().sum_squares(g, gn);
     if (stage_ >= 2 && W > 1) {  // shards: add the squares of every rank
       float f = static_cast<float>(ss);
       comm_.all_reduce(&f, 1, DType::F32, ReduceOp::Sum);
@@ -339,7 +354,7 @@ StepStats Engine::train_step(DataSource& data) {
     st.grad_norm = std::sqrt(ss);
     if (cfg_.gradient_clipping > 0) {
       double coef = cfg_.gradient_clipping / (st.grad_norm + 1e-6);
-      if (coef < 1.0) kernels::cpu::scale_inplace(g, static_cast<float>(coef), gn);
+      if (coef < 1.0) be().scale_inplace(g, static_cast<float>(coef), gn);
     }
     LrMom lm = sched_->at(updates_ - 1);
     double beta1 =
@@ -370,7 +385,7 @@ std::map<std::string, Tensor> Engine::master_weights() {
     for (int p : grp.params) {
       const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
       Tensor t = Tensor::empty(model_.tensors.at(s.name).shape(), DType::F32, MemCategory::Buffers);
-      std::copy_n(group_base + (s.offset - grp.offset), s.numel, t.f32());
+      copy_f32(t.f32(), group_base + (s.offset - grp.offset), s.numel);
       r[s.name] = t;
     }
   };
@@ -380,9 +395,9 @@ std::map<std::string, Tensor> Engine::master_weights() {
       slice((mixed_ ? master_.f32() : compute_.f32()) + grp.offset, grp);
       continue;
     }
-    std::vector<float> full(static_cast<size_t>(grp.padded));
-    comm_.all_gather(owned_master(static_cast<int>(g)), full.data(), grp.shard, DType::F32);
-    slice(full.data(), grp);
+    Tensor full = Tensor::empty({grp.padded}, DType::F32, MemCategory::Buffers, dev_);
+    comm_.all_gather(owned_master(static_cast<int>(g)), full.f32(), grp.shard, DType::F32);
+    slice(full.f32(), grp);
   }
   return r;
 }
@@ -403,10 +418,12 @@ std::string Engine::memory_report() const {
   MemStats s = mem_stats();
   std::ostringstream os;
   os.precision(3);
-  os << std::fixed << "memory rank " << comm_.rank() << ": model states params=" << b.params / 1048576.0
-     << "MiB grads=" << b.grads / 1048576.0 << "MiB optimizer=" << b.optimizer / 1048576.0
+  os << std::fixed << "memory rank " << comm_.rank() << (dev_.is_cpu() ? "" : " (cuda)")
+     << ": model states params=" << b.params / 1048576.0 << "MiB grads=" << b.grads / 1048576.0
+     << "MiB optimizer=" << b.optimizer / 1048576.0
      << "MiB | activations peak=" << s.peak[static_cast<size_t>(MemCategory::Activations)] / 1048576.0
      << "MiB | process peak=" << s.total_peak / 1048576.0 << "MiB";
+  if (!dev_.is_cpu()) os << " | device peak=" << mem_stats(true).total_peak / 1048576.0 << "MiB";
   return os.str();
 }
 

@@ -4,9 +4,12 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
+#include "zerorun/build_info.h"
 #include "zerorun/checkpoint.h"
+#include "zerorun/cuda_rt.h"
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
 #include "zerorun/safetensors.h"
@@ -36,20 +39,37 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   if (o.micro_batch) cfg.micro_batch = *o.micro_batch;
   ZR_CHECK(cfg.train.steps > 0, "no number of steps: pass --steps N or set \"train\": {\"steps\": N} in ",
            o.config_path);
-  ZR_CHECK(o.device == "cpu", "--device ", o.device, ": this build trains on CPU only so far");
+  ZR_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device, "'");
+  const bool gpu = o.device == "cuda";
+  if (gpu) {
+    ZR_CHECK(cuda::available(), "--device cuda: no GPU is visible",
+             built_with_cuda() ? "" : " (this zerorun was built without CUDA)");
+    ZR_CHECK(comm.size() == 1, "--device cuda with ", comm.size(),
+             " ranks needs the NCCL communicator, which is not implemented yet; use one GPU or --device cpu");
+    const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    int local = lr ? std::atoi(lr) : 0;
+    ZR_CHECK(local < cuda::device_count(), "local rank ", local, " has no GPU (", cuda::device_count(), " visible)");
+    cuda::set_device(local);
+    cfg.device = Device::cuda(local);
+  }
   Model model = load_model(o.model_path);
   ResolveContext rc;
   rc.world_size = comm.size();
   rc.hidden = model_hidden(model);
-  rc.on_gpu = false;
+  rc.on_gpu = gpu;
   resolve_config(cfg, rc);
+  if (gpu)
+    ZR_CHECK(cfg.zero.offload_optimizer.device == "none" && cfg.zero.offload_param.device == "none", o.config_path,
+             ": CPU offload on GPU runs is not implemented yet (remove offload_optimizer / offload_param)");
   const bool lead = comm.rank() == 0;
   if (lead) {
     for (auto& w : cfg.warnings) spdlog::warn("{}", w);
     if (!cfg.optimizer.given) spdlog::info("no optimizer in {}: using AdamW lr={}", o.config_path, cfg.optimizer.lr);
     if (cfg.fp16_enabled != "false" || cfg.bf16_enabled != "false")
-      spdlog::info("precision: {} (fp16.enabled={}, bf16.enabled={}; on CPU, 16-bit weights are emulated in f32)",
-                   precision_name(cfg.precision), cfg.fp16_enabled, cfg.bf16_enabled);
+      spdlog::info(
+          "precision: {} (fp16.enabled={}, bf16.enabled={}; 16-bit weights are rounded copies of the fp32 "
+          "master, arithmetic in f32)",
+          precision_name(cfg.precision), cfg.fp16_enabled, cfg.bf16_enabled);
   }
   Engine engine(model, cfg, comm, cfg.train.steps);
   auto data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed);

@@ -4,7 +4,6 @@
 #include <set>
 
 #include "kernels/backend.h"
-
 #include "zerorun/graph.h"
 
 namespace zerorun {

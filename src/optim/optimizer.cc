@@ -1,12 +1,12 @@
 // Adam/AdamW/SGD state and update over the rank's flat parameter range.
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/backend.h"
 #include "zerorun/optim.h"
 
 namespace zerorun {
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, int64_t n) : cfg_(cfg), n_(n) {
-  m_ = Tensor::zeros({n}, DType::F32, MemCategory::Optimizer);
-  if (cfg_.type != "SGD") v_ = Tensor::zeros({n}, DType::F32, MemCategory::Optimizer);
+Optimizer::Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev) : cfg_(cfg), n_(n), dev_(dev) {
+  m_ = Tensor::zeros({n}, DType::F32, MemCategory::Optimizer, dev);
+  if (cfg_.type != "SGD") v_ = Tensor::zeros({n}, DType::F32, MemCategory::Optimizer, dev);
 }
 
 void Optimizer::step(float* p, const float* g, double lr, double beta1) {
@@ -17,13 +17,14 @@ void Optimizer::step(float* p, const float* g, double lr, double beta1) {
 void Optimizer::update(float* p, const float* g, int64_t off, int64_t n, double lr, double beta1) {
   ZR_CHECK(off >= 0 && off + n <= n_, "optimizer update [", off, ", ", off + n, ") outside its state of ", n_);
   if (cfg_.type == "SGD") {
-    kernels::cpu::sgd_step(p, g, m_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
-                           static_cast<float>(cfg_.dampening), static_cast<float>(cfg_.weight_decay), cfg_.nesterov,
-                           steps_ == 1);
+    kernels::backend(dev_).sgd_step(p, g, m_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
+                                    static_cast<float>(cfg_.dampening), static_cast<float>(cfg_.weight_decay),
+                                    cfg_.nesterov, steps_ == 1);
   } else {
-    kernels::cpu::adam_step(p, g, m_.f32() + off, v_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
-                            static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
-                            static_cast<float>(cfg_.weight_decay), cfg_.adam_w_mode, cfg_.bias_correction, steps_);
+    kernels::backend(dev_).adam_step(p, g, m_.f32() + off, v_.f32() + off, n, static_cast<float>(lr),
+                                     static_cast<float>(beta1), static_cast<float>(cfg_.beta2),
+                                     static_cast<float>(cfg_.eps), static_cast<float>(cfg_.weight_decay),
+                                     cfg_.adam_w_mode, cfg_.bias_correction, steps_);
   }
 }
 

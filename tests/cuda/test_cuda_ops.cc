@@ -57,7 +57,8 @@ Run run_op(const Node& n, const std::vector<Tensor>& in, const std::map<std::str
   op.forward(c);
   c.dout = {dout_cpu.to(dev)};
   for (auto& t : c.in)
-    c.din.push_back(t.dtype() == DType::F32 ? Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, dev) : Tensor());
+    c.din.push_back(t.dtype() == DType::F32 ? Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, dev)
+                                            : Tensor());
   for (auto& [k, t] : c.params) c.dparams[k] = Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, dev);
   op.backward(c);
   return {c.out, c.din, c.dparams};
@@ -99,7 +100,8 @@ TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   compare_op("add", {}, {rnd({4, 50, 64}, r), rnd({64}, r)}, {});
   compare_op("mul", {}, {rnd({7, 130}, r), rnd({7, 130}, r)}, {});
   for (auto* a : {"gelu", "relu", "silu"}) compare_op(a, {}, {rnd({9, 257}, r, 3.0)}, {});
-  compare_op("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, 200}, r)}, {{"weight", rnd({200}, r)}, {"bias", rnd({200}, r)}});
+  compare_op("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, 200}, r)},
+             {{"weight", rnd({200}, r)}, {"bias", rnd({200}, r)}});
   compare_op("rmsnorm", {{"eps", 1e-6}}, {rnd({6, 37, 200}, r)}, {{"weight", rnd({200}, r)}});
   compare_op("attention", {{"n_head", 4}}, {rnd({3, 70, 3 * 64}, r)}, {}, 5e-5);
   compare_op("embedding", {}, {ids({4, 40}, 300, r)}, {{"weight", rnd({300, 48}, r)}}, 1e-5);
@@ -135,8 +137,8 @@ TEST_CASE("cuda optimizer and reduction kernels match cpu", "[cuda]") {
   gpu.set_scalar(gg.f32() + 777, INFINITY);
   REQUIRE(!gpu.all_finite(gg.f32(), n));
   for (DType dt : {DType::BF16, DType::F16}) {
-    Tensor src = rnd({n}, r, 100.0), dc = Tensor::empty({n}, DType::F32), dg = Tensor::empty({n}, DType::F32,
-                                                                                        MemCategory::Buffers, kGpu);
+    Tensor src = rnd({n}, r, 100.0), dc = Tensor::empty({n}, DType::F32),
+           dg = Tensor::empty({n}, DType::F32, MemCategory::Buffers, kGpu);
     Tensor sg = src.to(kGpu);
     cpu.round_to(dt, src.f32(), dc.f32(), n);
     gpu.round_to(dt, sg.f32(), dg.f32(), n);

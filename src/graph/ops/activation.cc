@@ -18,8 +18,7 @@ class Activation : public Op {
     c.out = {y};
   }
   void backward(NodeCtx& c) const override {
-    if (c.din[0].defined())
-      be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), c.din[0].f32(), c.in[0].numel());
+    if (c.din[0].defined()) be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), c.din[0].f32(), c.in[0].numel());
   }
 
  private:

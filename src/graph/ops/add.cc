@@ -22,7 +22,7 @@ class Add : public Op {
   }
   void backward(NodeCtx& c) const override {
     be(c).add_bwd(c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
-                          c.din[1].defined() ? c.din[1].f32() : nullptr, c.in[0].numel(), c.in[1].numel());
+                  c.din[1].defined() ? c.din[1].f32() : nullptr, c.in[0].numel(), c.in[1].numel());
   }
 };
 }  // namespace

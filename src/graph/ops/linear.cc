@@ -35,8 +35,8 @@ class Linear : public Op {
     const Tensor& w = c.param("weight");
     Tensor dw = c.dparam("weight"), db = c.dparam("bias");
     be(c).linear_bwd(x.f32(), w.f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
-                             dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()),
-                             w.dim(1), w.dim(0));
+                     dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()), w.dim(1),
+                     w.dim(0));
   }
 };
 }  // namespace

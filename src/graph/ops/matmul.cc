@@ -38,7 +38,7 @@ class Matmul : public Op {
     const float *a = c.in[0].f32(), *b = c.in[1].f32();
     for (int64_t i = 0; i < d.batch; ++i)
       be(c).gemm(false, false, d.M, d.N, d.K, 1.f, a + i * d.M * d.K, b + (d.shared_b ? 0 : i * d.K * d.N), 0.f,
-                         y.f32() + i * d.M * d.N);
+                 y.f32() + i * d.M * d.N);
     c.out = {y};
   }
   void backward(NodeCtx& c) const override {
@@ -51,7 +51,7 @@ class Matmul : public Op {
         be(c).gemm(false, true, d.M, d.K, d.N, 1.f, dyi, bi, 1.f, c.din[0].f32() + i * d.M * d.K);
       if (c.din[1].defined())  // db += a^T dy
         be(c).gemm(true, false, d.K, d.N, d.M, 1.f, a + i * d.M * d.K, dyi, 1.f,
-                           c.din[1].f32() + (d.shared_b ? 0 : i * d.K * d.N));
+                   c.din[1].f32() + (d.shared_b ? 0 : i * d.K * d.N));
     }
   }
 };

@@ -21,7 +21,7 @@ class Mul : public Op {
   }
   void backward(NodeCtx& c) const override {
     be(c).mul_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
-                          c.din[1].defined() ? c.din[1].f32() : nullptr, c.in[0].numel());
+                  c.din[1].defined() ? c.din[1].f32() : nullptr, c.in[0].numel());
   }
 };
 }  // namespace

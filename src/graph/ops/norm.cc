@@ -28,7 +28,7 @@ class LayerNorm : public NormBase {
     Tensor y = new_out(x.shape(), device_of(c)), mean = new_out({N}, device_of(c)), rstd = new_out({N}, device_of(c));
     const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
     be(c).layernorm_fwd(x.f32(), c.param("weight").f32(), b, y.f32(), mean.f32(), rstd.f32(), N, C,
-                                attr_float(*c.node, "eps", 1e-5f));
+                        attr_float(*c.node, "eps", 1e-5f));
     *c.saved = {mean, rstd};
     c.out = {y};
   }
@@ -36,9 +36,9 @@ class LayerNorm : public NormBase {
     const Tensor& x = c.in[0];
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor dw = c.dparam("weight"), db = c.dparam("bias");
-    be(c).layernorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), (*c.saved)[1].f32(),
-                                c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
-                                dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, N, C);
+    be(c).layernorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), (*c.saved)[1].f32(), c.dout[0].f32(),
+                        c.din[0].defined() ? c.din[0].f32() : nullptr, dw.defined() ? dw.f32() : nullptr,
+                        db.defined() ? db.f32() : nullptr, N, C);
   }
 };
 
@@ -49,8 +49,7 @@ class RmsNorm : public NormBase {
     const Tensor& x = c.in[0];
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor y = new_out(x.shape(), device_of(c)), rstd = new_out({N}, device_of(c));
-    be(c).rmsnorm_fwd(x.f32(), c.param("weight").f32(), y.f32(), rstd.f32(), N, C,
-                              attr_float(*c.node, "eps", 1e-6f));
+    be(c).rmsnorm_fwd(x.f32(), c.param("weight").f32(), y.f32(), rstd.f32(), N, C, attr_float(*c.node, "eps", 1e-6f));
     *c.saved = {rstd};
     c.out = {y};
   }
@@ -59,7 +58,7 @@ class RmsNorm : public NormBase {
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor dw = c.dparam("weight");
     be(c).rmsnorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), c.dout[0].f32(),
-                              c.din[0].defined() ? c.din[0].f32() : nullptr, dw.defined() ? dw.f32() : nullptr, N, C);
+                      c.din[0].defined() ? c.din[0].f32() : nullptr, dw.defined() ? dw.f32() : nullptr, N, C);
   }
 };
 }  // namespace
