@@ -68,6 +68,8 @@ class Backend {
   // Writes one f32 scalar (e.g. a loss gradient) at p.
   virtual void set_scalar(float* p, float v) = 0;
   virtual float get_scalar(const float* p) = 0;
+  // 16-bit training tolerates TF32 tensor-core products (CUDA); no-op on CPU.
+  virtual void allow_tf32(bool) {}
 };
 
 Backend& backend(Device d);

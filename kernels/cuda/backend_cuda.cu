@@ -329,6 +329,9 @@ class CudaBackend : public Backend {
  public:
   CudaBackend() { ZR_CUBLAS(cublasCreate(&h_)); }
   const char* name() const override { return "cuda"; }
+  void allow_tf32(bool on) override {
+    ZR_CUBLAS(cublasSetMathMode(h_, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  }
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B, float beta,
             float* C) override {

@@ -31,6 +31,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   model_.graph.validate(model_.param_shapes(), syms);
   build_layout();
   const int r = comm_.rank();
+  be().allow_tf32(mixed_);
 
   // Compute parameters (full for stages 0-2, this rank's shard for stage 3),
   // staged on the host and moved to the training device.

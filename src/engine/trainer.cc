@@ -136,7 +136,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     if (!cfg.train.save_dir.empty() && cfg.train.save_interval > 0 && st.step % cfg.train.save_interval == 0) save();
   }
   if (!cfg.train.save_dir.empty() && last_save != engine.global_step()) save();
-  if (lead) spdlog::info("done: {} steps, {} samples", engine.global_step(), engine.samples_seen());
+  if (lead) spdlog::info("done: {} steps, {} samples | {}", engine.global_step(), engine.samples_seen(),
+                         engine.memory_report());
   if (!o.final_weights.empty()) {
     auto w = engine.master_weights();  // collective
     if (lead) {

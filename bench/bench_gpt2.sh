@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# GPT-2 124M / 350M / 1.5B from random init, T=1024, bf16, one GPU: zerorun vs
+# PyTorch (torch.compile, fused AdamW, SDPA) in the same call. Prints one JSON
+# line per run and a side-by-side table with the zerorun/PyTorch ratio.
+# Usage (device machine, after tests/make_device_bundle.sh): bash bench/bench_gpt2.sh "124M 350M" [STEPS]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+SIZES=${1:-124M 350M 1.5B}
+STEPS=${2:-10}
+export LD_LIBRARY_PATH="$PWD/.devbuild/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+ldconfig -p | grep -q "libmpi.so.40 " || export LD_LIBRARY_PATH="$PWD/.devbuild/lib-mpi:$LD_LIBRARY_PATH"
+ZR=${ZR:-.devbuild/bin/zerorun}
+W=$(mktemp -d)
+declare -A L=([124M]=12 [350M]=24 [1.5B]=48) C=([124M]=768 [350M]=1024 [1.5B]=1600) H=([124M]=12 [350M]=16 [1.5B]=25)
+declare -A B=([124M]=8 [350M]=4 [1.5B]=2)
+RES=$W/results.jsonl
+for s in $SIZES; do
+  "$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd ${C[$s]} --n_layer ${L[$s]} --n_head ${H[$s]} \
+    -o "$W/m.bin" >/dev/null
+  echo "{\"train_micro_batch_size_per_gpu\": ${B[$s]}, \"bf16\": {\"enabled\": true}, \"steps_per_print\": 1000,
+    \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}}" >"$W/c.json"
+  rm -rf "$W/log"
+  if "$ZR" --device cuda --config "$W/c.json" "$W/m.bin" --steps $((STEPS + 3)) --log_dir "$W/log" >"$W/zr.out" 2>&1; then
+    python3 - "$W/log/metrics.jsonl" "$s" "${B[$s]}" "${L[$s]}" "${C[$s]}" "$W/zr.out" >>"$RES" <<'PY'
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][3:]
+size, B, L, C = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+out = open(sys.argv[6]).read()
+P = int(re.search(r"model \S+: (\d+) parameters", out).group(1))
+peak = re.findall(r"device peak=([0-9.]+)MiB", out)
+tok = B * 1024 / (sum(r["seconds"] for r in rows) / len(rows))
+print(json.dumps({"impl": "zerorun", "size": size, "params": P, "tokens_per_s": tok,
+                  "mfu": tok * (6 * P + 6 * L * C * 1024) / 989e12,
+                  "peak_gib": float(peak[-1]) / 1024 if peak else None, "loss": rows[-1]["loss"]}))
+PY
+  else
+    echo "zerorun $s failed:"; tail -5 "$W/zr.out"
+  fi
+  python3 bench/torch_gpt2.py --size "$s" --layers ${L[$s]} --embd ${C[$s]} --heads ${H[$s]} --batch ${B[$s]} \
+    --steps "$STEPS" >>"$RES" 2>"$W/torch.err" || { echo "pytorch $s failed:"; tail -5 "$W/torch.err"; }
+done
+cat "$RES"
+python3 - "$RES" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"{'size':>6} {'impl':>16} {'tokens/s':>10} {'MFU':>7} {'peak GiB':>9} {'zerorun/pytorch':>16}")
+for r in rows:
+    ref = [x for x in rows if x["size"] == r["size"] and x["impl"].startswith("pytorch")]
+    ratio = f"{r['tokens_per_s'] / ref[0]['tokens_per_s']:.3f}x" if r["impl"] == "zerorun" and ref else ""
+    pk = f"{r['peak_gib']:.1f}" if r.get("peak_gib") is not None else "?"
+    print(f"{r['size']:>6} {r['impl']:>16} {r['tokens_per_s']:>10.0f} {100 * r['mfu']:>6.1f}% {pk:>9} {ratio:>16}")
+PY
