@@ -7,6 +7,7 @@
 #include <string>
 
 #include "zerorun/dtype.h"
+#include "zerorun/watchdog.h"
 
 namespace zerorun {
 
@@ -39,6 +40,9 @@ class Communicator {
   std::unique_ptr<CommHandle> all_gather_async(const void* send, void* recv, int64_t count, DType dt);
   std::unique_ptr<CommHandle> reduce_scatter_async(const void* send, void* recv, int64_t count, DType dt);
   int64_t sequence() const { return seq_; }
+  // Every later collective (and async wait) is watched: past `timeout_s`
+  // the job is ended by `on_timeout` with a message naming the op.
+  void enable_watchdog(double timeout_s, std::function<void()> on_timeout);
 
  protected:
   virtual void do_all_reduce(void* buf, int64_t count, DType dt, ReduceOp op) = 0;
@@ -53,7 +57,9 @@ class Communicator {
 
  private:
   void check(const char* op, int64_t count, const void* a, const void* b);
+  std::unique_ptr<CommHandle> watched(std::unique_ptr<CommHandle> h, const char* op, int64_t count, DType dt);
   int64_t seq_ = 0;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 std::unique_ptr<Communicator> make_self_comm();
