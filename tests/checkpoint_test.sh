@@ -4,32 +4,10 @@
 # killed in the middle of a save.
 set -u
 ZR=$(realpath "${1:?usage: checkpoint_test.sh path/to/zerorun}")
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 cd "$W"
-export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
-PY=$(command -v /usr/bin/python3 || command -v python3)
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   - $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL - $1"; }
-losses() { sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' "$1/metrics.jsonl"; }
-# max |a-b| / max(1, |b|) over two f32 safetensors files; "0" means bitwise equal data.
-wdiff() {
-  "$PY" - "$1" "$2" <<'PY'
-import json, struct, sys
-from array import array
-def load(p):
-    b = open(p, "rb").read()
-    (n,) = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    out = {}
-    for k, e in h.items():
-        s, t = e["data_offsets"]; a = array("f"); a.frombytes(b[8 + n + s:8 + n + t]); out[k] = a
-    return out
-a, b = load(sys.argv[1]), load(sys.argv[2])
-if a.keys() != b.keys(): print("keys-differ"); sys.exit()
-print("%.3g" % max(abs(x - y) / max(1.0, abs(y)) for k in a for x, y in zip(a[k], b[k])))
-PY
-}
 run() { "$ZR" "$@" >>run.log 2>&1; }
 
 "$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --seed 4 -o ckm.bin >/dev/null
@@ -63,7 +41,7 @@ for spec in "4 2 2 2" "2 3 2 2" "3 4 1 1" "2 2 3 1" "2 2 1 3"; do
   run --num_gpus $n1 --config c$s1.json ckm.bin --steps 5 --micro_batch_size $((12 / n1)) --log_dir B --save_dir S
   run --num_gpus $n2 --config c$s2.json ckm.bin --steps 10 --micro_batch_size $((12 / n2)) --log_dir B --save_dir S \
     --resume global_step5 --final_weights B.st
-  worst=$(paste <(losses A) <(losses B) | awk 'BEGIN{w=0} {d=($1-$2)/$1; if(d<0)d=-d; if(d>w)w=d} END{printf "%.3g", w}')
+  worst=$(loss_diff A B)
   rows=$(losses B | wc -l)
   wd=$(wdiff B.st A.st)
   if [[ $rows -eq 10 ]] && awk -v w="$worst" -v d="$wd" 'BEGIN{exit !(w <= 1e-5 && d <= 1e-5)}'; then
