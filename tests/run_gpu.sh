@@ -31,4 +31,14 @@ if [[ -x "$BIN/zerorun" ]] && "$BIN/zerorun" train --help 2>/dev/null | grep -q 
       rc=1
   fi
 fi
+# Seed configs on one GPU: ZeRO-3 + optimizer/param offload with "auto" (-> bf16), ZeRO-2 offload bf16.
+if [[ -n "${W:-}" ]]; then
+  for c in ds_config_zero3.json ds_config_zero2_offload.json; do
+    if "$BIN/zerorun" --device cuda --config "configs/$c" "$W/m.bin" --steps 5 --seq_len 64 >"$W/$c.out" 2>&1; then
+      echo "ok   - $c on GPU: $(grep -E 'step +5/5' "$W/$c.out" | sed 's/\[zerorun\] //')"
+    else
+      echo "FAIL - $c on GPU"; tail -4 "$W/$c.out"; rc=1
+    fi
+  done
+fi
 exit $rc

@@ -97,7 +97,8 @@ class Engine {
   const Model& model_;
   Config cfg_;
   Communicator& comm_;
-  Device dev_;
+  Device dev_, pdev_;  // training device; where stage-3 parameter shards live
+  bool offload_ = false;
   int stage_ = 0;
   bool mixed_ = false;
   int64_t seq_len_ = 0;
@@ -111,6 +112,7 @@ class Engine {
   Tensor master_;       // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
   Tensor grads_full_;   // stages 0-1
   Tensor grads_shard_;  // stages 2-3
+  Tensor host_grad_;    // offload: this rank's gradient shard in host memory
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<LrSchedule> sched_;

@@ -20,6 +20,14 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
            comm.size(), " ranks");
   stage_ = cfg_.zero.stage;
   dev_ = cfg_.device;
+  // CPU offload (GPU runs): fp32 master + optimizer state in host memory,
+  // updated by the CPU optimizer; stage 3 offload_param keeps the parameter
+  // shards in host memory too and streams them in per bucket. On CPU runs
+  // everything already lives in host memory.
+  offload_ = dev_.is_cuda() && cfg_.zero.offload_optimizer.device == "cpu";
+  pdev_ = dev_.is_cuda() && stage_ == 3 && cfg_.zero.offload_param.device == "cpu" ? Device::cpu() : dev_;
+  ZR_CHECK(!offload_ || stage_ >= 1, "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage is 0)");
+  ZR_CHECK(pdev_ == dev_ || offload_, "offload_param on a GPU run needs offload_optimizer too");
   mixed_ = cfg_.precision != Precision::FP32;
   seq_len_ = cfg_.train.seq_len;
   if (model_.symbols.count("T")) {
@@ -50,25 +58,29 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
       std::copy_n(model_.tensors.at(s.name).f32() + own.begin, own.size(),
                   hs.f32() + shard_off_[static_cast<size_t>(s.group)] + piece);
     }
-    param_shard_ = hs.to(dev_, MemCategory::Params);
+    param_shard_ = hs.to(pdev_, MemCategory::Params);
   }
   // fp32 master: in fp32 the compute weights are the master; with 16-bit
   // compute it is optimizer state, sharded from stage 1 on.
-  if (mixed_) {
+  if (mixed_ || offload_) {
     if (stage_ == 0) {
       master_ = compute_.clone(MemCategory::Optimizer);
     } else {
-      master_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Optimizer, dev_);
+      master_ =
+          Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Optimizer, offload_ ? Device::cpu() : dev_);
       for (size_t g = 0; g < plan_.groups.size(); ++g) {
         zero::Range own = plan_.owned(static_cast<int>(g), r);
         const float* src = stage_ < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
         copy_f32(master_.f32() + shard_off_[g], src, own.size());
       }
     }
+  }
+  if (mixed_) {
     const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
     Tensor& c = stage_ < 3 ? compute_ : param_shard_;
-    be().round_to(dt, c.f32(), c.f32(), c.numel());
+    kernels::backend(c.device()).round_to(dt, c.f32(), c.f32(), c.numel());
   }
+  if (offload_) host_grad_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Grads, Device::cpu());
   if (stage_ < 2)
     grads_full_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Grads, dev_);
   else
@@ -97,7 +109,8 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
       if (rt_[g].persistent) ensure_live(static_cast<int>(g));
     }
   }
-  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, stage_ == 0 ? plan_.padded : plan_.shard_numel(), dev_);
+  opt_ = std::make_unique<Optimizer>(cfg_.optimizer, stage_ == 0 ? plan_.padded : plan_.shard_numel(),
+                                     offload_ ? Device::cpu() : dev_);
   sched_ = std::make_unique<LrSchedule>(cfg_.scheduler, cfg_.optimizer, total_steps);
   scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale, cfg_.precision == Precision::FP16);
 }
@@ -275,8 +288,20 @@ float* Engine::owned_master(int g) {
 }
 
 void Engine::refresh_compute_params() {
-  if (!mixed_) return;
-  const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
+  if (!mixed_ && !offload_) return;
+  const DType dt = cfg_.precision == Precision::BF16   ? DType::BF16
+                   : cfg_.precision == Precision::FP16 ? DType::F16
+                                                       : DType::F32;
+  if (offload_) {  // host master -> (rounded) -> device or host compute pieces
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
+      float* dst = stage_ < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
+      std::vector<float> tmp(static_cast<size_t>(own.size()));
+      kernels::cpu_backend().round_to(dt, master_.f32() + shard_off_[g], tmp.data(), own.size());
+      copy_f32(dst, tmp.data(), own.size());
+    }
+    return;
+  }
   if (stage_ == 0) {
     be().round_to(dt, master_.f32(), compute_.f32(), plan_.padded);
     return;
@@ -284,7 +309,7 @@ void Engine::refresh_compute_params() {
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
     float* dst = stage_ < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
-    be().round_to(dt, master_.f32() + shard_off_[g], dst, own.size());
+    kernels::backend(master_.device()).round_to(dt, master_.f32() + shard_off_[g], dst, own.size());
   }
 }
 
@@ -367,6 +392,10 @@ StepStats Engine::train_step(DataSource& data) {
       for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
         zero::Range own = plan_.owned(static_cast<int>(gi), r);
         const float* gr = stage_ < 2 ? g + own.begin : g + shard_off_[gi];
+        if (offload_) {  // gradient shard to host, CPU optimizer on the host master
+          copy_f32(host_grad_.f32() + shard_off_[gi], gr, own.size());
+          gr = host_grad_.f32() + shard_off_[gi];
+        }
         opt_->update(owned_master(static_cast<int>(gi)), gr, shard_off_[gi], own.size(), lm.lr, beta1);
       }
     }
@@ -408,7 +437,8 @@ ModelStateBytes Engine::model_state_bytes() const {
   b.params = static_cast<int64_t>(compute_.defined() ? compute_.nbytes() : param_shard_.nbytes());
   for (auto& s : rt_)
     if (s.persistent && s.full.defined()) b.params += static_cast<int64_t>(s.full.nbytes());
-  b.grads = static_cast<int64_t>(grads_full_.defined() ? grads_full_.nbytes() : grads_shard_.nbytes());
+  b.grads = static_cast<int64_t>(grads_full_.defined() ? grads_full_.nbytes() : grads_shard_.nbytes()) +
+            static_cast<int64_t>(host_grad_.defined() ? host_grad_.nbytes() : 0);
   b.optimizer = static_cast<int64_t>(master_.defined() ? master_.nbytes() : 0);
   for (auto& [name, t] : opt_->state()) b.optimizer += static_cast<int64_t>(t.nbytes());
   return b;
