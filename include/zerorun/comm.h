@@ -65,6 +65,9 @@ class Communicator {
 std::unique_ptr<Communicator> make_self_comm();
 // MPI over host buffers (initialises MPI if needed; finalises at exit).
 std::unique_ptr<Communicator> make_mpi_comm();
+// NCCL for device buffers (bootstrapped over `host`, which keeps serving host
+// buffers). Throws when CUDA is not built or libnccl.so.2 cannot be loaded.
+std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator> host);
 // True when this process was started by mpirun/srun with more than one rank.
 bool launched_by_mpi();
 // Ends every rank of an MPI job (after this rank printed why).

@@ -72,6 +72,7 @@ class Engine {
     Tensor full;                         // stage 3: gathered params (padded group)
     std::unique_ptr<CommHandle> gather;  // in-flight prefetch
     Tensor work_grad;                    // stage 2/3: this micro-batch's full group grads
+    Tensor staged;                       // offload_param: host shard copied to the device for the gather
     bool persistent = false;             // stage 3: below the persistence threshold
   };
   void build_layout();

@@ -19,6 +19,8 @@ struct TrainOptions {
   std::string device = "cpu";
 };
 
+// This process's rank on its node (from the MPI launcher's environment).
+int local_rank();
 // Returns the process exit code (0 on success); throws Error on bad input.
 int run_training(const TrainOptions& o, Communicator& comm);
 

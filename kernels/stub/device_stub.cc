@@ -28,3 +28,10 @@ size_t cached_bytes() { return 0; }
 namespace zerorun::kernels {
 Backend* cuda_backend() { return nullptr; }
 }  // namespace zerorun::kernels
+
+#include "zerorun/comm.h"
+namespace zerorun {
+std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator>) {
+  ZR_FAIL("the NCCL communicator needs a CUDA build of zerorun");
+}
+}  // namespace zerorun

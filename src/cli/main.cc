@@ -11,6 +11,7 @@
 
 #include "zerorun/build_info.h"
 #include "zerorun/config.h"
+#include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
 #include "zerorun/launch.h"
 #include "zerorun/merge.h"
@@ -187,6 +188,10 @@ int main(int argc, char** argv) {
   try {
     if (*train_cmd) {
       std::unique_ptr<Communicator> comm = launched_by_mpi() ? make_mpi_comm() : make_self_comm();
+      if (train.device == "cuda" && comm->size() > 1) {
+        cuda::set_device(local_rank());  // before NCCL binds the communicator to a GPU
+        comm = make_nccl_comm(std::move(comm));
+      }
       try {
         return run_training(train, *comm);
       } catch (const Error& e) {

@@ -180,8 +180,13 @@ void Engine::start_gather(int g) {
   if (s.full.defined()) return;  // live or in flight
   const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
   s.full = Tensor::empty({grp.padded}, DType::F32, MemCategory::Params, dev_);
-  s.gather = comm_.all_gather_async(param_shard_.f32() + shard_off_[static_cast<size_t>(g)], s.full.f32(), grp.shard,
-                                    DType::F32);
+  const float* src = param_shard_.f32() + shard_off_[static_cast<size_t>(g)];
+  if (param_shard_.device() != dev_) {  // offload_param: stream the host shard in first
+    s.staged = Tensor::empty({grp.shard}, DType::F32, MemCategory::Buffers, dev_);
+    copy_f32(s.staged.f32(), src, grp.shard);
+    src = s.staged.f32();
+  }
+  s.gather = comm_.all_gather_async(src, s.full.f32(), grp.shard, DType::F32);
 }
 
 void Engine::ensure_live(int g) {
@@ -191,6 +196,7 @@ void Engine::ensure_live(int g) {
   if (s.gather) {
     s.gather->wait();
     s.gather.reset();
+    s.staged = Tensor();
   }
   if (!bound) bind_params(g, true);
 }
@@ -425,7 +431,8 @@ std::map<std::string, Tensor> Engine::master_weights() {
       slice((mixed_ ? master_.f32() : compute_.f32()) + grp.offset, grp);
       continue;
     }
-    Tensor full = Tensor::empty({grp.padded}, DType::F32, MemCategory::Buffers, dev_);
+    Tensor full =
+        Tensor::empty({grp.padded}, DType::F32, MemCategory::Buffers, master_.defined() ? master_.device() : dev_);
     comm_.all_gather(owned_master(static_cast<int>(g)), full.f32(), grp.shard, DType::F32);
     slice(full.f32(), grp);
   }

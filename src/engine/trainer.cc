@@ -28,6 +28,12 @@ int64_t model_hidden(const Model& m) {
 }
 }  // namespace
 
+int local_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
+
 int run_training(const TrainOptions& o, Communicator& comm) {
   Config cfg = load_config(o.config_path);
   if (o.steps) cfg.train.steps = *o.steps;
@@ -44,10 +50,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   if (gpu) {
     ZR_CHECK(cuda::available(), "--device cuda: no GPU is visible",
              built_with_cuda() ? "" : " (this zerorun was built without CUDA)");
-    ZR_CHECK(comm.size() == 1, "--device cuda with ", comm.size(),
-             " ranks needs the NCCL communicator, which is not implemented yet; use one GPU or --device cpu");
-    const char* lr = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    int local = lr ? std::atoi(lr) : 0;
+    const int local = local_rank();
     ZR_CHECK(local < cuda::device_count(), "local rank ", local, " has no GPU (", cuda::device_count(), " visible)");
     cuda::set_device(local);
     cfg.device = Device::cuda(local);

@@ -1,0 +1,226 @@
+// NCCL communicator for device buffers, bootstrapped over MPI (rank 0's
+// ncclUniqueId is broadcast through the MPI communicator). Collectives run on
+// the communicator's own stream; ordering against compute is written out:
+// an event recorded on the compute (default) stream is waited on by the NCCL
+// stream before each collective, and the call waits for the NCCL stream before
+// returning (async forms return a handle that does). Host buffers (loss,
+// overflow flags, checkpoint checksums) go through the MPI communicator, so one
+// Communicator serves the engine. libnccl.so.2 is loaded at run time with
+// dlopen (its C ABI is stable), so building needs no NCCL headers and a
+// missing library is a clear error, not a link failure.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda_check.h"
+#include "zerorun/comm.h"
+#include "zerorun/error.h"
+
+namespace zerorun {
+namespace {
+
+// The parts of nccl.h we use (ABI of NCCL 2.x).
+using ncclComm_t = struct ncclComm*;
+struct ncclUniqueId {
+  char internal[128];
+};
+enum { kNcclInt32 = 2, kNcclFloat16 = 6, kNcclFloat32 = 7, kNcclBfloat16 = 9 };
+enum { kNcclSum = 0, kNcclMax = 2 };
+
+struct Nccl {
+  void* lib = nullptr;
+  int (*GetVersion)(int*);
+  int (*GetUniqueId)(ncclUniqueId*);
+  int (*CommInitRank)(ncclComm_t*, int, ncclUniqueId, int);
+  int (*CommDestroy)(ncclComm_t);
+  int (*CommAbort)(ncclComm_t);
+  const char* (*GetErrorString)(int);
+  int (*AllReduce)(const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t);
+  int (*ReduceScatter)(const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t);
+  int (*AllGather)(const void*, void*, size_t, int, ncclComm_t, cudaStream_t);
+  int (*Broadcast)(const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t);
+};
+
+const Nccl& nccl() {
+  static Nccl n = [] {
+    Nccl r{};
+    const char* names[] = {std::getenv("ZERORUN_NCCL_LIB"), "libnccl.so.2", "libnccl.so"};
+    for (const char* nm : names)
+      if (nm && (r.lib = dlopen(nm, RTLD_NOW | RTLD_GLOBAL))) break;
+    ZR_CHECK(r.lib, "cannot load NCCL (libnccl.so.2): ", dlerror(),
+             " -- install NCCL or point ZERORUN_NCCL_LIB / LD_LIBRARY_PATH at it");
+    auto sym = [&](const char* s) {
+      void* p = dlsym(r.lib, s);
+      ZR_CHECK(p, "NCCL library lacks ", s);
+      return p;
+    };
+    r.GetVersion = reinterpret_cast<decltype(r.GetVersion)>(sym("ncclGetVersion"));
+    r.GetUniqueId = reinterpret_cast<decltype(r.GetUniqueId)>(sym("ncclGetUniqueId"));
+    r.CommInitRank = reinterpret_cast<decltype(r.CommInitRank)>(sym("ncclCommInitRank"));
+    r.CommDestroy = reinterpret_cast<decltype(r.CommDestroy)>(sym("ncclCommDestroy"));
+    r.CommAbort = reinterpret_cast<decltype(r.CommAbort)>(sym("ncclCommAbort"));
+    r.GetErrorString = reinterpret_cast<decltype(r.GetErrorString)>(sym("ncclGetErrorString"));
+    r.AllReduce = reinterpret_cast<decltype(r.AllReduce)>(sym("ncclAllReduce"));
+    r.ReduceScatter = reinterpret_cast<decltype(r.ReduceScatter)>(sym("ncclReduceScatter"));
+    r.AllGather = reinterpret_cast<decltype(r.AllGather)>(sym("ncclAllGather"));
+    r.Broadcast = reinterpret_cast<decltype(r.Broadcast)>(sym("ncclBroadcast"));
+    return r;
+  }();
+  return n;
+}
+
+void nccl_check(int rc, const char* what) {
+  if (rc != 0) ZR_FAIL("NCCL ", what, " failed: ", nccl().GetErrorString(rc));
+}
+
+int nccl_type(DType dt) {
+  switch (dt) {
+    case DType::F32:
+      return kNcclFloat32;
+    case DType::BF16:
+      return kNcclBfloat16;
+    case DType::F16:
+      return kNcclFloat16;
+    case DType::I32:
+      return kNcclInt32;
+    default:
+      ZR_FAIL("NCCL: unsupported dtype ", dtype_name(dt));
+  }
+}
+
+bool on_device(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+
+class NcclHandle : public CommHandle {
+ public:
+  cudaEvent_t done = nullptr;
+  ~NcclHandle() override {
+    if (done) {
+      cudaEventSynchronize(done);
+      cudaEventDestroy(done);
+    }
+  }
+  void wait() override {
+    if (done) {
+      ZR_CUDA(cudaEventSynchronize(done));
+      cudaEventDestroy(done);
+      done = nullptr;
+    }
+  }
+};
+
+class NcclComm : public Communicator {
+ public:
+  explicit NcclComm(std::unique_ptr<Communicator> host) : host_(std::move(host)) {
+    ncclUniqueId id{};
+    if (host_->rank() == 0) nccl_check(nccl().GetUniqueId(&id), "GetUniqueId");
+    host_->broadcast(&id, sizeof id / 2, DType::U16, 0);  // 128 bytes as 64 u16 words
+    ZR_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    ZR_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+    nccl_check(nccl().CommInitRank(&comm_, host_->size(), id, host_->rank()), "CommInitRank");
+    double timeout = 1800;
+    if (const char* t = std::getenv("ZERORUN_COMM_TIMEOUT")) timeout = std::atof(t);
+    if (size() > 1)
+      enable_watchdog(timeout, [this] {
+        nccl().CommAbort(comm_);
+        mpi_abort_job(1);
+      });
+  }
+  ~NcclComm() override {
+    enable_watchdog(0, nullptr);
+    if (comm_) nccl().CommDestroy(comm_);
+    if (ready_) cudaEventDestroy(ready_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  std::string name() const override {
+    int v = 0;
+    nccl().GetVersion(&v);
+    return "nccl " + std::to_string(v);
+  }
+
+ protected:
+  // Compute stream -> NCCL stream ordering.
+  void order_after_compute() {
+    ZR_CUDA(cudaEventRecord(ready_, 0));
+    ZR_CUDA(cudaStreamWaitEvent(stream_, ready_, 0));
+  }
+  void finish() { ZR_CUDA(cudaStreamSynchronize(stream_)); }
+  std::unique_ptr<CommHandle> finish_async() {
+    auto h = std::make_unique<NcclHandle>();
+    ZR_CUDA(cudaEventCreateWithFlags(&h->done, cudaEventDisableTiming));
+    ZR_CUDA(cudaEventRecord(h->done, stream_));
+    return h;
+  }
+  void do_all_reduce(void* buf, int64_t n, DType dt, ReduceOp op) override {
+    if (!on_device(buf)) return host_->all_reduce(buf, n, dt, op);
+    order_after_compute();
+    nccl_check(nccl().AllReduce(buf, buf, static_cast<size_t>(n), nccl_type(dt),
+                                op == ReduceOp::Max ? kNcclMax : kNcclSum, comm_, stream_),
+               "all_reduce");
+    finish();
+  }
+  void do_reduce_scatter(const void* s, void* r, int64_t n, DType dt) override {
+    if (!on_device(s)) return host_->reduce_scatter(s, r, n, dt);
+    order_after_compute();
+    nccl_check(nccl().ReduceScatter(s, r, static_cast<size_t>(n), nccl_type(dt), kNcclSum, comm_, stream_),
+               "reduce_scatter");
+    finish();
+  }
+  void do_all_gather(const void* s, void* r, int64_t n, DType dt) override {
+    if (!on_device(r)) return host_->all_gather(s, r, n, dt);
+    order_after_compute();
+    nccl_check(nccl().AllGather(s, r, static_cast<size_t>(n), nccl_type(dt), comm_, stream_), "all_gather");
+    finish();
+  }
+  void do_broadcast(void* buf, int64_t n, DType dt, int root) override {
+    if (!on_device(buf)) return host_->broadcast(buf, n, dt, root);
+    order_after_compute();
+    nccl_check(nccl().Broadcast(buf, buf, static_cast<size_t>(n), nccl_type(dt), root, comm_, stream_), "broadcast");
+    finish();
+  }
+  void do_barrier() override { host_->barrier(); }
+  std::unique_ptr<CommHandle> do_all_gather_async(const void* s, void* r, int64_t n, DType dt) override {
+    if (!on_device(r)) return host_->all_gather_async(s, r, n, dt);
+    order_after_compute();
+    nccl_check(nccl().AllGather(s, r, static_cast<size_t>(n), nccl_type(dt), comm_, stream_), "all_gather_async");
+    return finish_async();
+  }
+  std::unique_ptr<CommHandle> do_reduce_scatter_async(const void* s, void* r, int64_t n, DType dt) override {
+    if (!on_device(s)) return host_->reduce_scatter_async(s, r, n, dt);
+    order_after_compute();
+    nccl_check(nccl().ReduceScatter(s, r, static_cast<size_t>(n), nccl_type(dt), kNcclSum, comm_, stream_),
+               "reduce_scatter_async");
+    return finish_async();
+  }
+  std::unique_ptr<CommHandle> do_all_reduce_async(void* buf, int64_t n, DType dt, ReduceOp op) override {
+    if (!on_device(buf)) return host_->all_reduce_async(buf, n, dt, op);
+    order_after_compute();
+    nccl_check(nccl().AllReduce(buf, buf, static_cast<size_t>(n), nccl_type(dt),
+                                op == ReduceOp::Max ? kNcclMax : kNcclSum, comm_, stream_),
+               "all_reduce_async");
+    return finish_async();
+  }
+
+ private:
+  std::unique_ptr<Communicator> host_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator> host) {
+  return std::make_unique<NcclComm>(std::move(host));
+}
+
+}  // namespace zerorun
