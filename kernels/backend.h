@@ -45,6 +45,12 @@ class Backend {
                              int64_t H) = 0;
   virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
                              int64_t C, int64_t H) = 0;
+  // Flash-style attention (no T x T matrix): saves the per-row log-sum-exp
+  // [B, H, T] instead of the probabilities; backward also reads the output.
+  virtual bool has_flash_attention() const { return false; }
+  virtual void flash_attention_fwd(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t) {}
+  virtual void flash_attention_bwd(const float*, const float*, const float*, const float*, float*, int64_t, int64_t,
+                                   int64_t, int64_t) {}
   // Returns false if any id is outside [0, V) (nothing is written then).
   virtual bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) = 0;
   virtual void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) = 0;

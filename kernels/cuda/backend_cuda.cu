@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "flash_attention.h"
 #include "kernels/backend.h"
 #include "zerorun/cuda_rt.h"
 
@@ -438,6 +439,16 @@ class CudaBackend : public Backend {
       gemm_strided(false, false, T, hs, T, 1.f, dP.p, T, TT, q + C, C3, hs, 1.f, dq, C3, hs, H);  // dQ += dS K
       gemm_strided(true, false, T, hs, T, 1.f, dP.p, T, TT, q, C3, hs, 1.f, dq + C, C3, hs, H);   // dK += dS^T Q
     }
+  }
+  bool has_flash_attention() const override { return true; }
+  void flash_attention_fwd(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C,
+                           int64_t H) override {
+    flash::forward(qkv, out, lse, B, T, C, H);
+  }
+  void flash_attention_bwd(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
+                           int64_t B, int64_t T, int64_t C, int64_t H) override {
+    DevBuf<float> delta(static_cast<size_t>(B * H * T));
+    flash::backward(qkv, out, lse, dout, dqkv, delta.p, B, T, C, H);
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
     DevBuf<int> bad(1);

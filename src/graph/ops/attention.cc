@@ -19,16 +19,27 @@ class Attention : public Op {
   void forward(NodeCtx& c) const override {
     const Tensor& qkv = c.in[0];
     int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
-    Tensor out = new_out({B, T, C}, device_of(c)), probs = new_out({B, H, T, T}, device_of(c));
-    be(c).attention_fwd(qkv.f32(), out.f32(), probs.f32(), B, T, C, H);
-    *c.saved = {probs};
+    Tensor out = new_out({B, T, C}, device_of(c));
+    if (be(c).has_flash_attention()) {  // saves only the log-sum-exp per row
+      Tensor lse = new_out({B, H, T}, device_of(c));
+      be(c).flash_attention_fwd(qkv.f32(), out.f32(), lse.f32(), B, T, C, H);
+      *c.saved = {lse};
+    } else {
+      Tensor probs = new_out({B, H, T, T}, device_of(c));
+      be(c).attention_fwd(qkv.f32(), out.f32(), probs.f32(), B, T, C, H);
+      *c.saved = {probs};
+    }
     c.out = {out};
   }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     const Tensor& qkv = c.in[0];
     int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
-    be(c).attention_bwd(qkv.f32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), B, T, C, H);
+    if (be(c).has_flash_attention())
+      be(c).flash_attention_bwd(qkv.f32(), c.out[0].f32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), B, T,
+                                C, H);
+    else
+      be(c).attention_bwd(qkv.f32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), B, T, C, H);
   }
 };
 }  // namespace
