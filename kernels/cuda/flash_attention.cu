@@ -13,6 +13,20 @@ namespace {
 
 constexpr int kTile = 32;  // keys (or queries) per shared-memory tile = threads per block
 
+// Stages keys/values s0 .. s0+kTile-1 of head h into shared memory (zeros past T).
+template <int HS>
+__device__ void load_kv_tile(float (*Ks)[HS], float (*Vs)[HS], const float* base, int s0, int T, int C, int h,
+                             int hs) {
+  const int C3 = 3 * C;
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kTile * hs; idx += blockDim.x) {
+    int r = idx / hs, i = idx % hs, s = s0 + r;
+    Ks[r][i] = s < T ? base[(size_t)s * C3 + C + h * hs + i] : 0.f;
+    Vs[r][i] = s < T ? base[(size_t)s * C3 + 2 * C + h * hs + i] : 0.f;
+  }
+  __syncthreads();
+}
+
 // Forward: block (q-tile, h, b), one thread per query row.
 template <int HS>
 __global__ void k_fwd(const float* qkv, float* out, float* lse, int T, int C, int H, int hs, float scale) {
@@ -30,13 +44,7 @@ __global__ void k_fwd(const float* qkv, float* out, float* lse, int T, int C, in
   float m = -FLT_MAX, l = 0.f;
   const int last = min(T - 1, (int)(blockIdx.x * kTile + kTile - 1));  // causal: keys up to the tile's last query
   for (int s0 = 0; s0 <= last; s0 += kTile) {
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kTile * hs; idx += blockDim.x) {
-      int r = idx / hs, i = idx % hs, s = s0 + r;
-      Ks[r][i] = s < T ? base[(size_t)s * C3 + C + h * hs + i] : 0.f;
-      Vs[r][i] = s < T ? base[(size_t)s * C3 + 2 * C + h * hs + i] : 0.f;
-    }
-    __syncthreads();
+    load_kv_tile<HS>(Ks, Vs, base, s0, T, C, h, hs);
     if (!active) continue;
     const int smax = min(kTile, t - s0 + 1);
     for (int r = 0; r < smax; ++r) {
@@ -152,13 +160,7 @@ __global__ void k_bwd_q(const float* qkv, const float* dout, const float* lse, c
   const float Dt = active ? delta[((size_t)b * H + h) * T + t] : 0.f;
   const int last = min(T - 1, (int)(blockIdx.x * kTile + kTile - 1));
   for (int s0 = 0; s0 <= last; s0 += kTile) {
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < kTile * hs; idx += blockDim.x) {
-      int r = idx / hs, i = idx % hs, s = s0 + r;
-      Ks[r][i] = s < T ? base[(size_t)s * C3 + C + h * hs + i] : 0.f;
-      Vs[r][i] = s < T ? base[(size_t)s * C3 + 2 * C + h * hs + i] : 0.f;
-    }
-    __syncthreads();
+    load_kv_tile<HS>(Ks, Vs, base, s0, T, C, h, hs);
     if (!active) continue;
     const int smax = min(kTile, t - s0 + 1);
     for (int r = 0; r < smax; ++r) {
