@@ -106,9 +106,21 @@ expect_ok "dry run prints the mpirun argv" "-np 3 .*zerorun train gpt.bin --conf
 printf 'nodeA slots=2\nnodeB slots=1  # second node\n' >hosts
 echo '{"train_batch_size": 6, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}' >z3.json
 export ZR_AGENT_LOG=$W/agent.log
-RSH="--mca plm_rsh_agent $HERE/fake_rsh_agent.sh --mca oob_tcp_if_include lo --mca btl self,vader,tcp --mca btl_tcp_if_include lo"
-expect_ok "2-node ZeRO-3 run via hostfile + remote launch" "world 3 \| ZeRO stage 3" \
-  "$ZR" --hostfile hosts --launcher_args "$RSH" --config z3.json gpt.bin --steps 5 --micro_batch_size 2 --log_dir two
+RSH="--mca plm_rsh_agent $HERE/fake_rsh_agent.sh --mca btl self,vader,tcp --mca btl_tcp_if_include 127.0.0.1/8"
+RSH="$RSH --mca oob_tcp_if_include 127.0.0.1/8"
+# Two OpenMPI daemons on one machine occasionally trip over each other at start-up (a TCP connect race or a
+# segfault in hwloc's shared-memory topology write, inside orted) -- a limit of faking two nodes on one host, not
+# of zerorun; such a start is retried, at most 3 times, and the attempts are reported.
+for attempt in 1 2 3; do
+  rm -rf two
+  "$ZR" --hostfile hosts --launcher_args "$RSH" --config z3.json gpt.bin --steps 5 --micro_batch_size 2 --log_dir two \
+    >two.out 2>&1 && break
+done
+if grep -qE "world 3 \| ZeRO stage 3" two.out && [[ -s two/metrics.jsonl ]]; then
+  ok "2-node ZeRO-3 run via hostfile + remote launch (attempt $attempt)"
+else
+  bad "2-node run failed 3 times"; grep -v "^\[zerorun\]" two.out | tail -6
+fi
 "$ZR" --config z3.json gpt.bin --steps 5 --micro_batch_size 6 --log_dir one >/dev/null 2>&1
 if [[ "$(sort -u agent.log | tr '\n' ' ')" == "nodeA nodeB " ]]; then ok "both nodes started through the rsh agent"; else bad "agent log: $(cat agent.log)"; fi
 l1=$(sed 's/.*"loss":\([0-9.e+-]*\).*/\1/' one/metrics.jsonl | tail -1)
