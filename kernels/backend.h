@@ -47,7 +47,7 @@ class Backend {
                              int64_t C, int64_t H) = 0;
   // Flash-style attention (no T x T matrix): saves the per-row log-sum-exp
   // [B, H, T] instead of the probabilities; backward also reads the output.
-  virtual bool has_flash_attention() const { return false; }
+  virtual bool has_flash_attention(int64_t /*head_size*/) const { return false; }
   virtual void flash_attention_fwd(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t) {}
   virtual void flash_attention_bwd(const float*, const float*, const float*, const float*, float*, int64_t, int64_t,
                                    int64_t, int64_t) {}

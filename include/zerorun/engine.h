@@ -87,8 +87,8 @@ class Engine {
   void begin_grads(size_t b);
   void finish_grads(size_t b);
   float* owned_master(int g);  // this rank's fp32 master piece of group g
-  // Checkpoint slices: for param p, the element range this rank saves/loads.
-  zero::Range ckpt_range(int p) const;
+  // Checkpoint slices: the element range of param p that `rank` saves.
+  zero::Range ckpt_range(int p, int rank) const;
   float* master_at(int p, int64_t elem);        // fp32 master element of param p (in this rank's range)
   float* state_at(int k, int p, int64_t elem);  // optimizer state k (0 = m, 1 = v) element
   void gather_after_step();
@@ -119,7 +119,6 @@ class Engine {
   std::unique_ptr<LrSchedule> sched_;
   std::unique_ptr<LossScaler> scaler_;
   int64_t global_step_ = 0, updates_ = 0;
-  bool in_backward_ = false;
 };
 
 }  // namespace zerorun

@@ -440,7 +440,7 @@ class CudaBackend : public Backend {
       gemm_strided(true, false, T, hs, T, 1.f, dP.p, T, TT, q, C3, hs, 1.f, dq + C, C3, hs, H);   // dK += dS^T Q
     }
   }
-  bool has_flash_attention() const override { return true; }
+  bool has_flash_attention(int64_t head_size) const override { return flash::supported(head_size); }
   void flash_attention_fwd(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C,
                            int64_t H) override {
     flash::forward(qkv, out, lse, B, T, C, H);

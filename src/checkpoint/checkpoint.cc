@@ -86,10 +86,10 @@ std::vector<Piece> pieces_for(const nlohmann::json& m, const std::string& param,
 
 // ---- engine side --------------------------------------------------------------
 
-zero::Range Engine::ckpt_range(int p) const {
+zero::Range Engine::ckpt_range(int p, int rank) const {
   const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
-  if (stage_ == 0) return comm_.rank() == 0 ? zero::Range{0, s.numel} : zero::Range{0, 0};
-  return plan_.param_owned(p, comm_.rank());
+  if (stage_ == 0) return rank == 0 ? zero::Range{0, s.numel} : zero::Range{0, 0};
+  return plan_.param_owned(p, rank);
 }
 
 float* Engine::master_at(int p, int64_t elem) {
@@ -117,7 +117,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
   // 1. This rank's shard.
   std::vector<SafetensorsWriteItem> items;
   for (size_t p = 0; p < plan_.params.size(); ++p) {
-    zero::Range rg = ckpt_range(static_cast<int>(p));
+    zero::Range rg = ckpt_range(static_cast<int>(p), r);
     if (rg.empty()) continue;
     const std::string& name = plan_.params[p].name;
     Tensor mt = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
@@ -173,8 +173,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
       const zero::ParamSlot& s = plan_.params[p];
       json slices = json::array();
       for (int rr = 0; rr < W; ++rr) {
-        zero::Range rg = stage_ == 0 ? (rr == 0 ? zero::Range{0, s.numel} : zero::Range{0, 0})
-                                     : plan_.param_owned(static_cast<int>(p), rr);
+        zero::Range rg = ckpt_range(static_cast<int>(p), rr);
         if (!rg.empty()) slices.push_back({{"rank", rr}, {"begin", rg.begin}, {"end", rg.end}});
       }
       params[s.name] = {{"shape", model_.tensors.at(s.name).shape()}, {"numel", s.numel}, {"slices", slices}};

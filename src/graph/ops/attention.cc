@@ -20,7 +20,7 @@ class Attention : public Op {
     const Tensor& qkv = c.in[0];
     int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
     Tensor out = new_out({B, T, C}, device_of(c));
-    if (be(c).has_flash_attention()) {  // saves only the log-sum-exp per row
+    if (be(c).has_flash_attention(C / H)) {  // saves only the log-sum-exp per row
       Tensor lse = new_out({B, H, T}, device_of(c));
       be(c).flash_attention_fwd(qkv.f32(), out.f32(), lse.f32(), B, T, C, H);
       *c.saved = {lse};
@@ -35,7 +35,7 @@ class Attention : public Op {
     if (!c.din[0].defined()) return;
     const Tensor& qkv = c.in[0];
     int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
-    if (be(c).has_flash_attention())
+    if (be(c).has_flash_attention(C / H))
       be(c).flash_attention_bwd(qkv.f32(), c.out[0].f32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), B, T,
                                 C, H);
     else
