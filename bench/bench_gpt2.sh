@@ -21,7 +21,7 @@ for s in $SIZES; do
     \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}}" >"$W/c.json"
   rm -rf "$W/log"
   if "$ZR" --device cuda --config "$W/c.json" "$W/m.bin" --steps $((STEPS + 3)) --log_dir "$W/log" >"$W/zr.out" 2>&1; then
-    python3 - "$W/log/metrics.jsonl" "$s" "${B[$s]}" "${L[$s]}" "${C[$s]}" "$W/zr.out" >>"$RES" <<'PY'
+    python3 - "$W/log/metrics.jsonl" "$s" "${B[$s]}" "${L[$s]}" "${C[$s]}" "$W/zr.out" <<'PY' | tee -a "$RES"
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][3:]
 size, B, L, C = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
@@ -37,7 +37,7 @@ PY
     echo "zerorun $s failed:"; tail -5 "$W/zr.out"
   fi
   python3 bench/torch_gpt2.py --size "$s" --layers ${L[$s]} --embd ${C[$s]} --heads ${H[$s]} --batch ${B[$s]} \
-    --steps "$STEPS" >>"$RES" 2>"$W/torch.err" || { echo "pytorch $s failed:"; tail -5 "$W/torch.err"; }
+    --steps "$STEPS" 2>"$W/torch.err" | tee -a "$RES" || { echo "pytorch $s failed:"; tail -5 "$W/torch.err"; }
 done
 cat "$RES"
 python3 - "$RES" <<'PY'

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <thread>
 
+#include "crash_handler.h"
 #include "zerorun/build_info.h"
 #include "zerorun/config.h"
 #include "zerorun/cuda_rt.h"
@@ -100,6 +101,7 @@ std::vector<std::string> rank_command(const TrainOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  zerorun::install_crash_handler();
   spdlog::set_pattern("[zerorun] %v");
   CLI::App app{"zerorun: native ZeRO training runtime (DeepSpeed-format configs)"};
   app.require_subcommand(0, 1);

@@ -11,6 +11,7 @@
 
 #include "kernels/backend.h"
 #include "zerorun/cuda_rt.h"
+#include "zerorun/profile.h"
 
 namespace zerorun {
 
@@ -277,6 +278,7 @@ void Engine::finish_grads(size_t b) {
     if (ready_block_[static_cast<size_t>(g)] != b) continue;
     GroupRt& s = rt_[static_cast<size_t>(g)];
     const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
+    profile::Scope ps("reduce_scatter grads");
     Tensor mine = Tensor::empty({grp.shard}, DType::F32, MemCategory::Grads, dev_);
     comm_.reduce_scatter(s.work_grad.f32(), mine.f32(), grp.shard, DType::F32);
     be().accumulate(grads_shard_.f32() + shard_off_[static_cast<size_t>(g)], mine.f32(), grp.shard);
@@ -359,7 +361,10 @@ StepStats Engine::train_step(DataSource& data) {
   float* g = gbuf.f32();
   const int64_t gn = gbuf.numel();
   if (after_backward) after_backward(g, gn);
-  if (stage_ < 2) comm_.all_reduce(g, gn, DType::F32, ReduceOp::Sum);  // stages 2-3 reduced during backward
+  if (stage_ < 2) {
+    profile::Scope ps("all_reduce grads");
+    comm_.all_reduce(g, gn, DType::F32, ReduceOp::Sum);
+  }  // stages 2-3 reduced during backward
   if (W > 1) {
     float l = static_cast<float>(loss_sum);
     comm_.all_reduce(&l, 1, DType::F32, ReduceOp::Sum);
@@ -392,8 +397,10 @@ StepStats Engine::train_step(DataSource& data) {
     double beta1 =
         lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
     if (stage_ == 0) {
+      profile::Scope ps("optimizer");
       opt_->step(mixed_ ? master_.f32() : compute_.f32(), g, lm.lr, beta1);
     } else {
+      profile::Scope ps("optimizer");
       opt_->begin_step();
       for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
         zero::Range own = plan_.owned(static_cast<int>(gi), r);
@@ -407,6 +414,7 @@ StepStats Engine::train_step(DataSource& data) {
     }
     st.lr = lm.lr;
     ++updates_;
+    profile::Scope ps("refresh+gather params");
     gather_after_step();
   }
   gbuf.zero_();

@@ -12,6 +12,7 @@
 #include "zerorun/cuda_rt.h"
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/profile.h"
 #include "zerorun/safetensors.h"
 
 namespace zerorun {
@@ -140,6 +141,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   if (lead)
     spdlog::info("done: {} steps, {} samples | {}", engine.global_step(), engine.samples_seen(),
                  engine.memory_report());
+  if (lead && profile::enabled()) spdlog::info("{}", profile::report());
   if (!o.final_weights.empty()) {
     auto w = engine.master_weights();  // collective
     if (lead) {

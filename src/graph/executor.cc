@@ -5,6 +5,7 @@
 
 #include "kernels/backend.h"
 #include "zerorun/graph.h"
+#include "zerorun/profile.h"
 
 namespace zerorun {
 
@@ -50,7 +51,10 @@ void Executor::run_node_forward(size_t i) {
   }
   saved_[i].clear();
   c.saved = &saved_[i];
-  ops_[i]->forward(c);
+  {
+    profile::Scope ps("fwd", n.op);
+    ops_[i]->forward(c);
+  }
   ZR_CHECK(c.out.size() == node_out_[i].size(), "op ", n.op, " produced the wrong number of outputs");
   for (size_t k = 0; k < c.out.size(); ++k) values_[node_out_[i][k]] = c.out[k];
 }
@@ -110,7 +114,8 @@ void Executor::backward(float loss_grad) {
       for (auto v : node_in_[i]) {
         c.in.push_back(values_[v]);
         Tensor& gv = value_grads_[v];
-        if (!gv.defined() && values_[v].dtype() == DType::F32) gv = Tensor::zeros(values_[v].shape(), DType::F32);
+        if (!gv.defined() && values_[v].dtype() == DType::F32)
+          gv = Tensor::zeros(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device());
         c.din.push_back(gv);
       }
       for (auto& [role, name] : n.params) {
@@ -119,7 +124,10 @@ void Executor::backward(float loss_grad) {
         if (it != grads_.end() && it->second.defined()) c.dparams[role] = it->second;
       }
       c.saved = &saved_[i];
-      ops_[i]->backward(c);
+      {
+        profile::Scope ps("bwd", n.op);
+        ops_[i]->backward(c);
+      }
       // Outputs' gradients are fully consumed now.
       for (auto v : node_out_[i]) value_grads_[v] = Tensor();
       saved_[i].clear();

@@ -71,7 +71,7 @@ void compare_op(const std::string& opname, json attrs, const std::vector<Tensor>
   n.op = opname;
   n.block = "b";
   n.out = {"y"};
-  n.attrs = std::move(attrs);
+  n.attrs = attrs.is_null() ? json::object() : std::move(attrs);
   // Upstream gradient: forward once on CPU for the shape.
   Rng r(5);
   const Op& op = op_lookup(opname);

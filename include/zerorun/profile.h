@@ -1,0 +1,29 @@
+// Per-op time profile for performance work: with ZERORUN_PROFILE=1 the
+// executor synchronises the device around every op and adds the wall time to
+// "<op> fwd" / "<op> bwd" / other named phases; the trainer prints the table.
+#pragma once
+#include <string>
+
+namespace zerorun::profile {
+
+bool enabled();  // ZERORUN_PROFILE set to a non-zero value
+// Adds seconds to a named phase.
+void add(const std::string& phase, double seconds);
+// Table of phases by total time (empty when nothing was recorded).
+std::string report();
+
+// Times a scope into a phase when profiling is on (device synchronised at
+// both ends so asynchronous kernels are charged to the right phase).
+class Scope {
+ public:
+  Scope(const char* phase, const std::string& detail = {});
+  ~Scope();
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  std::string phase_;
+  double t0_ = -1;
+};
+
+}  // namespace zerorun::profile

@@ -1,0 +1,77 @@
+// Implementation of the ZERORUN_PROFILE op-time table (see profile.h).
+#include "zerorun/profile.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "zerorun/cuda_rt.h"
+
+namespace zerorun::profile {
+namespace {
+struct Entry {
+  double seconds = 0;
+  int64_t calls = 0;
+};
+std::mutex mu;
+std::map<std::string, Entry>& table() {
+  static std::map<std::string, Entry> t;
+  return t;
+}
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+void sync() {
+  if (cuda::available()) cuda::synchronize();
+}
+}  // namespace
+
+bool enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("ZERORUN_PROFILE");
+    return e && *e && std::string(e) != "0";
+  }();
+  return on;
+}
+
+void add(const std::string& phase, double seconds) {
+  std::lock_guard<std::mutex> l(mu);
+  Entry& e = table()[phase];
+  e.seconds += seconds;
+  ++e.calls;
+}
+
+std::string report() {
+  std::lock_guard<std::mutex> l(mu);
+  std::vector<std::pair<std::string, Entry>> rows(table().begin(), table().end());
+  if (rows.empty()) return {};
+  std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  double total = 0;
+  for (auto& r : rows) total += r.second.seconds;
+  std::string out = "profile (device synchronised per op):\n";
+  char line[200];
+  for (auto& [k, e] : rows) {
+    std::snprintf(line, sizeof line, "  %-28s %10.2f ms %6.1f%% %8lld calls %9.3f ms/call\n", k.c_str(),
+                  1e3 * e.seconds, 100.0 * e.seconds / total, static_cast<long long>(e.calls),
+                  1e3 * e.seconds / static_cast<double>(e.calls));
+    out += line;
+  }
+  return out;
+}
+
+Scope::Scope(const char* phase, const std::string& detail) {
+  if (!enabled()) return;
+  phase_ = detail.empty() ? std::string(phase) : std::string(phase) + " " + detail;
+  sync();
+  t0_ = now();
+}
+
+Scope::~Scope() {
+  if (t0_ < 0) return;
+  sync();
+  add(phase_, now() - t0_);
+}
+
+}  // namespace zerorun::profile
