@@ -74,8 +74,10 @@ class Backend {
   // Writes one f32 scalar (e.g. a loss gradient) at p.
   virtual void set_scalar(float* p, float v) = 0;
   virtual float get_scalar(const float* p) = 0;
-  // 16-bit training tolerates TF32 tensor-core products (CUDA); no-op on CPU.
-  virtual void allow_tf32(bool) {}
+  // Matrix-product inputs: F32 = exact fp32; BF16 / F16 = operands rounded to
+  // that type for tensor cores, fp32 accumulation and output (16-bit training
+  // on CUDA, as autocast does). The CPU backend always multiplies in fp32.
+  virtual void set_matmul_dtype(DType) {}
 };
 
 Backend& backend(Device d);

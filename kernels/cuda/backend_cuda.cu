@@ -72,13 +72,6 @@ __device__ inline float block_max(float v) {
 
 // ---- elementwise --------------------------------------------------------------
 __global__ void k_bias_add(float* y, const float* b, int64_t n, int64_t out) { GRID_STRIDE(i, n) y[i] += b[i % out]; }
-__global__ void k_colsum_acc(const float* dy, float* db, int64_t rows, int64_t cols) {
-  GRID_STRIDE(c, cols) {
-    float s = 0.f;
-    for (int64_t r = 0; r < rows; ++r) s += dy[r * cols + c];
-    db[c] += s;
-  }
-}
 __global__ void k_add(const float* a, const float* b, float* y, int64_t n, int64_t nb) {
   GRID_STRIDE(i, n) y[i] = a[i] + b[i % nb];
 }
@@ -150,17 +143,50 @@ __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, c
   s2 = warp_sum(s2) / C;
   for (int64_t c = lane; c < C; c += 32) dx[row * C + c] += (dr[c] * w[c] - s1 - (xr[c] - mu) * rs * s2) * rs;
 }
-__global__ void k_ln_bwd_wb(const float* x, const float* mean, const float* rstd, const float* dy, float* dw, float* db,
-                            int64_t N, int64_t C) {
-  GRID_STRIDE(c, C) {
-    float sw = 0.f, sb = 0.f;
-    for (int64_t n = 0; n < N; ++n) {
-      float d = dy[n * C + c];
-      sw += d * (x[n * C + c] - (mean ? mean[n] : 0.f)) * rstd[n];
-      sb += d;
+// Column sums of an N x C matrix, two at a time (layernorm's dw and db share a
+// pass), without atomics so results are bitwise reproducible: blocks of 32
+// columns x a chunk of rows write partial sums, a second kernel adds the
+// chunks in order. F(row, col) returns the two values to sum.
+struct ColOf {  // sums dy itself (bias gradients, broadcast add)
+  const float* dy;
+  __device__ float2 operator()(int64_t r, int64_t c, int64_t C) const { return {dy[r * C + c], 0.f}; }
+};
+struct LnWB {  // dw += dy * xhat, db += dy
+  const float *x, *mean, *rstd, *dy;
+  __device__ float2 operator()(int64_t r, int64_t c, int64_t C) const {
+    float d = dy[r * C + c];
+    return {d * (x[r * C + c] - (mean ? mean[r] : 0.f)) * rstd[r], d};
+  }
+};
+constexpr int kColRows = 8;  // threadIdx.y extent
+template <class F>
+__global__ void k_col_partial(F f, int64_t N, int64_t C, int64_t rows_per, float* part) {
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
+  float s0 = 0.f, s1 = 0.f;
+  if (c < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
+      float2 v = f(r, c, C);
+      s0 += v.x;
+      s1 += v.y;
     }
-    if (dw) dw[c] += sw;
-    if (db) db[c] += sb;
+  __shared__ float sh[2][kColRows][33];
+  sh[0][threadIdx.y][threadIdx.x] = s0;
+  sh[1][threadIdx.y][threadIdx.x] = s1;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float a = 0.f, b = 0.f;
+    for (int k = 0; k < kColRows; ++k) a += sh[0][k][threadIdx.x], b += sh[1][k][threadIdx.x];
+    part[(2 * blockIdx.y) * C + c] = a;
+    part[(2 * blockIdx.y + 1) * C + c] = b;
+  }
+}
+__global__ void k_col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o1) {
+  GRID_STRIDE(c, C) {
+    float a = 0.f, b = 0.f;
+    for (int64_t k = 0; k < chunks; ++k) a += part[2 * k * C + c], b += part[(2 * k + 1) * C + c];
+    if (o0) o0[c] += a;
+    if (o1) o1[c] += b;
   }
 }
 __global__ void k_rms_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) {
@@ -311,6 +337,16 @@ __global__ void k_scale(float* x, float s, int64_t n) { GRID_STRIDE(i, n) x[i] *
 __global__ void k_finite(const float* x, int64_t n, int* bad) {
   GRID_STRIDE(i, n) if (!isfinite(x[i])) atomicExch(bad, 1);
 }
+template <typename H>
+__global__ void k_to16(const float* s, H* d, int64_t n);
+template <>
+__global__ void k_to16<__nv_bfloat16>(const float* s, __nv_bfloat16* d, int64_t n) {
+  GRID_STRIDE(i, n) d[i] = __float2bfloat16_rn(s[i]);
+}
+template <>
+__global__ void k_to16<__half>(const float* s, __half* d, int64_t n) {
+  GRID_STRIDE(i, n) d[i] = __float2half_rn(s[i]);
+}
 __global__ void k_round(int dt, const float* s, float* d, int64_t n) {
   GRID_STRIDE(i, n) d[i] = dt == 1 ? __bfloat162float(__float2bfloat16_rn(s[i])) : __half2float(__float2half_rn(s[i]));
 }
@@ -319,19 +355,39 @@ template <typename T>
 struct DevBuf {  // scratch from the caching allocator
   T* p = nullptr;
   size_t bytes;
-  explicit DevBuf(size_t n) : bytes(n * sizeof(T)) {
-    p = static_cast<T*>(cuda::device_alloc(bytes, 0));
-    ZR_CUDA(cudaMemset(p, 0, bytes));
+  explicit DevBuf(size_t n, bool zero = true) : bytes(n * sizeof(T)) {
+    ZR_CUDA(cudaGetDevice(&dev));
+    p = static_cast<T*>(cuda::device_alloc(bytes, dev));
+    if (zero) ZR_CUDA(cudaMemset(p, 0, bytes));
   }
-  ~DevBuf() { cuda::device_free(p, bytes, 0); }
+  int dev = 0;
+  DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes), dev(o.dev) { o.p = nullptr; }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() {
+    if (p) cuda::device_free(p, bytes, dev);
+  }
 };
+
+// o0[c] += sum_r F(r, c).x and o1[c] += sum_r F(r, c).y (either may be null).
+template <class F>
+void column_sums(F f, int64_t N, int64_t C, float* o0, float* o1) {
+  if (N <= 0 || C <= 0) return;
+  const int64_t rows_per = std::max<int64_t>(64, (N + 127) / 128), chunks = (N + rows_per - 1) / rows_per;
+  DevBuf<float> part(static_cast<size_t>(2 * chunks * C));
+  dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
+  k_col_partial<<<grid, dim3(32, kColRows)>>>(f, N, C, rows_per, part.p);
+  ZR_CUDA(cudaGetLastError());
+  LAUNCH(k_col_final, C, part.p, chunks, C, o0, o1);
+}
 
 class CudaBackend : public Backend {
  public:
   CudaBackend() { ZR_CUBLAS(cublasCreate(&h_)); }
   const char* name() const override { return "cuda"; }
-  void allow_tf32(bool on) override {
-    ZR_CUBLAS(cublasSetMathMode(h_, on ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+  void set_matmul_dtype(DType dt) override {
+    ZR_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, "matmul dtype must be f32, bf16 or f16");
+    mm_ = dt;
   }
 
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B, float beta,
@@ -342,11 +398,21 @@ class CudaBackend : public Backend {
                     int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc, int64_t sC,
                     int64_t batch) override {
     if (M == 0 || N == 0 || batch == 0) return;
-    // Row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T.
-    ZR_CUBLAS(cublasSgemmStridedBatched(h_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                        static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B,
-                                        static_cast<int>(ldb), sB, A, static_cast<int>(lda), sA, &beta, C,
-                                        static_cast<int>(ldc), sC, static_cast<int>(batch)));
+    if (mm_ == DType::F32) {
+      // Row-major C = op(A) op(B)  <=>  column-major C^T = op(B)^T op(A)^T.
+      ZR_CUBLAS(cublasSgemmStridedBatched(h_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                          static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B,
+                                          static_cast<int>(ldb), sB, A, static_cast<int>(lda), sA, &beta, C,
+                                          static_cast<int>(ldc), sC, static_cast<int>(batch)));
+      return;
+    }
+    // Round the stored extent of each operand once, then a tensor-core product.
+    auto extent = [&](bool t, int64_t rows, int64_t cols, int64_t ld, int64_t st) {
+      int64_t r = t ? cols : rows, c = t ? rows : cols;
+      return (st ? (batch - 1) * st : 0) + (r - 1) * ld + c;
+    };
+    Half a = to16(A, extent(ta, M, K, lda, sA)), b = to16(B, extent(tb, K, N, ldb, sB));
+    gemm16(ta, tb, M, N, K, alpha, a.p, lda, sA, b.p, ldb, sB, beta, C, ldc, sC, batch);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in,
                   int64_t out) override {
@@ -355,9 +421,15 @@ class CudaBackend : public Backend {
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
                   int64_t in, int64_t out) override {
-    if (dx) gemm(false, false, N, in, out, 1.f, dy, w, 1.f, dx);
-    if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
-    if (db) LAUNCH(k_colsum_acc, out, dy, db, N, out);
+    if (mm_ == DType::F32) {
+      if (dx) gemm(false, false, N, in, out, 1.f, dy, w, 1.f, dx);
+      if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
+    } else {  // dy is rounded once for both products
+      Half dyh = to16(dy, N * out);
+      if (dx) gemm16(false, false, N, in, out, 1.f, dyh.p, out, 0, to16(w, out * in).p, in, 0, 1.f, dx, in, 0, 1);
+      if (dw) gemm16(true, false, out, in, N, 1.f, dyh.p, out, 0, to16(x, N * in).p, in, 0, 1.f, dw, in, 0, 1);
+    }
+    if (db) column_sums(ColOf{dy}, N, out, db, nullptr);
   }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
     LAUNCH(k_add, n, a, b, y, n, nb);
@@ -368,7 +440,7 @@ class CudaBackend : public Backend {
       if (nb == n)
         LAUNCH(k_acc, n, db, dy, n);
       else
-        LAUNCH(k_colsum_acc, nb, dy, db, n / nb, nb);
+        column_sums(ColOf{dy}, n / nb, nb, db, nullptr);
     }
   }
   void mul_fwd(const float* a, const float* b, float* y, int64_t n) override { LAUNCH(k_mul, n, a, b, y, n); }
@@ -391,7 +463,7 @@ class CudaBackend : public Backend {
                      float* dw, float* db, int64_t N, int64_t C) override {
     if (!N) return;
     if (dx) k_ln_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx, N, C);
-    if (dw || db) LAUNCH(k_ln_bwd_wb, C, x, mean, rstd, dy, dw, db, N, C);
+    if (dw || db) column_sums(LnWB{x, mean, rstd, dy}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) override {
@@ -403,7 +475,7 @@ class CudaBackend : public Backend {
                    int64_t C) override {
     if (!N) return;
     if (dx) k_rms_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, rstd, dy, dx, N, C);
-    if (dw) LAUNCH(k_ln_bwd_wb, C, x, nullptr, rstd, dy, dw, nullptr, N, C);
+    if (dw) column_sums(LnWB{x, nullptr, rstd, dy}, N, C, dw, nullptr);
     ZR_CUDA(cudaGetLastError());
   }
   void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
@@ -540,6 +612,25 @@ class CudaBackend : public Backend {
     ZR_CUDA(cudaMemcpy(&h, acc.p, sizeof h, cudaMemcpyDeviceToHost));
     return h;
   }
+  using Half = DevBuf<uint16_t>;  // bf16 or f16 bits, per mm_
+  Half to16(const float* x, int64_t n) const {
+    Half h(static_cast<size_t>(n), false);
+    if (mm_ == DType::BF16)
+      LAUNCH(k_to16<__nv_bfloat16>, n, x, reinterpret_cast<__nv_bfloat16*>(h.p), n);
+    else
+      LAUNCH(k_to16<__half>, n, x, reinterpret_cast<__half*>(h.p), n);
+    return h;
+  }
+  void gemm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda, int64_t sA,
+              const void* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc, int64_t sC, int64_t batch) {
+    const cudaDataType_t t = mm_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    ZR_CUBLAS(cublasGemmStridedBatchedEx(h_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                         static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, t,
+                                         static_cast<int>(ldb), sB, A, t, static_cast<int>(lda), sA, &beta, C,
+                                         CUDA_R_32F, static_cast<int>(ldc), sC, static_cast<int>(batch),
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  DType mm_ = DType::F32;
   cublasHandle_t h_{};
 };
 

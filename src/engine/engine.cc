@@ -40,7 +40,9 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   model_.graph.validate(model_.param_shapes(), syms);
   build_layout();
   const int r = comm_.rank();
-  be().allow_tf32(mixed_);
+  be().set_matmul_dtype(cfg_.precision == Precision::BF16   ? DType::BF16
+                        : cfg_.precision == Precision::FP16 ? DType::F16
+                                                            : DType::F32);
 
   // Compute parameters (full for stages 0-2, this rank's shard for stage 3),
   // staged on the host and moved to the training device.

@@ -70,8 +70,10 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     if (cfg.fp16_enabled != "false" || cfg.bf16_enabled != "false")
       spdlog::info(
           "precision: {} (fp16.enabled={}, bf16.enabled={}; 16-bit weights are rounded copies of the fp32 "
-          "master, arithmetic in f32)",
-          precision_name(cfg.precision), cfg.fp16_enabled, cfg.bf16_enabled);
+          "master; {})",
+          precision_name(cfg.precision), cfg.fp16_enabled, cfg.bf16_enabled,
+          gpu ? "matrix products take 16-bit operands on tensor cores, other arithmetic in f32"
+              : "CPU arithmetic in f32");
   }
   Engine engine(model, cfg, comm, cfg.train.steps);
   auto data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed);

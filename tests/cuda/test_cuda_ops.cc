@@ -64,8 +64,16 @@ Run run_op(const Node& n, const std::vector<Tensor>& in, const std::map<std::str
   return {c.out, c.din, c.dparams};
 }
 
-void compare_op(const std::string& opname, json attrs, const std::vector<Tensor>& in,
-                const std::map<std::string, Tensor>& params, double tol = 2e-5) {
+Tensor rounded(const Tensor& t, DType dt) {
+  if (dt == DType::F32 || t.dtype() != DType::F32) return t;
+  Tensor r = t.clone();
+  kernels::cpu_backend().round_to(dt, t.f32(), r.f32(), t.numel());
+  return r;
+}
+
+// Worst relative difference of the op's forward output, CPU vs CUDA.
+double compare_op(const std::string& opname, json attrs, std::vector<Tensor> in, std::map<std::string, Tensor> params,
+                  double tol = 2e-5, DType pre_round = DType::F32) {
   INFO("op " << opname);
   Node n;
   n.op = opname;
@@ -82,12 +90,21 @@ void compare_op(const std::string& opname, json attrs, const std::vector<Tensor>
   Shape os = op.infer(n, vin, ps)[0].shape;
   Tensor dout = os.empty() ? Tensor::empty({}, DType::F32) : rnd(os, r);
   if (os.empty()) dout.f32()[0] = 0.75f;
+  // Pre-rounded operands make 16-bit products exact in fp32 on both sides.
+  for (auto& t : in) t = rounded(t, pre_round);
+  for (auto& [k, t] : params) t = rounded(t, pre_round);
+  dout = rounded(dout, pre_round);
   Run a = run_op(n, in, params, dout, Device::cpu());
   Run b = run_op(n, in, params, dout, kGpu);
   close(a.out[0], b.out[0], tol, "output");
   for (size_t k = 0; k < in.size(); ++k)
     if (a.din[k].defined()) close(a.din[k], b.din[k], tol, "input grad " + std::to_string(k));
   for (auto& [k, t] : a.dparams) close(t, b.dparams[k], tol, "param grad " + k);
+  Tensor g = b.out[0].to(Device::cpu());
+  double mx = 1e-6, worst = 0;
+  for (int64_t i = 0; i < g.numel(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(a.out[0].f32()[i])));
+  for (int64_t i = 0; i < g.numel(); ++i) worst = std::max(worst, std::fabs(a.out[0].f32()[i] - g.f32()[i]) / mx);
+  return worst;
 }
 }  // namespace
 
@@ -111,6 +128,23 @@ TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   compare_op("embedding", {{"position", true}}, {ids({4, 40}, 300, r)}, {{"weight", rnd({64, 48}, r)}}, 1e-5);
   compare_op("cross_entropy", {}, {rnd({4, 30, 1000}, r, 4.0), ids({4, 30}, 1000, r)}, {}, 2e-5);
   compare_op("mse", {}, {rnd({33, 65}, r), rnd({33, 65}, r)}, {});
+}
+
+TEST_CASE("16-bit matmul inputs: exact on 16-bit operands, rounding on others", "[cuda]") {
+  auto& gpu = kernels::backend(kGpu);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    INFO("matmul dtype " << dtype_name(dt));
+    gpu.set_matmul_dtype(dt);
+    Rng r(11);
+    Tensor x = rnd({4, 33, 96}, r), w = rnd({80, 96}, r), bias = rnd({80}, r);
+    compare_op("linear", {}, {x}, {{"weight", w}, {"bias", bias}}, 2e-5, dt);
+    compare_op("matmul", {}, {rnd({3, 17, 24}, r), rnd({3, 24, 19}, r)}, {}, 2e-5, dt);
+    compare_op("matmul", {}, {rnd({3, 17, 24}, r), rnd({24, 19}, r)}, {}, 2e-5, dt);
+    // Unrounded operands: the product is visibly 16-bit (so the mode is on), within 16-bit error.
+    double d = compare_op("linear", {}, {x}, {{"weight", w}, {"bias", bias}}, 3e-2);
+    REQUIRE(d > 1e-5);
+  }
+  gpu.set_matmul_dtype(DType::F32);
 }
 
 TEST_CASE("cuda optimizer and reduction kernels match cpu", "[cuda]") {
