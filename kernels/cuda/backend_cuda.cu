@@ -624,11 +624,10 @@ class CudaBackend : public Backend {
   void gemm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda, int64_t sA,
               const void* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc, int64_t sC, int64_t batch) {
     const cudaDataType_t t = mm_ == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    ZR_CUBLAS(cublasGemmStridedBatchedEx(h_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                         static_cast<int>(N), static_cast<int>(M), static_cast<int>(K), &alpha, B, t,
-                                         static_cast<int>(ldb), sB, A, t, static_cast<int>(lda), sA, &beta, C,
-                                         CUDA_R_32F, static_cast<int>(ldc), sC, static_cast<int>(batch),
-                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    ZR_CUBLAS(cublasGemmStridedBatchedEx(
+        h_, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+        static_cast<int>(K), &alpha, B, t, static_cast<int>(ldb), sB, A, t, static_cast<int>(lda), sA, &beta, C,
+        CUDA_R_32F, static_cast<int>(ldc), sC, static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   DType mm_ = DType::F32;
   cublasHandle_t h_{};

@@ -35,8 +35,8 @@ __device__ inline float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y 
 
 // Forward: block (q-tile, h, b), one thread per query row.
 template <int HS>
-__global__ void __launch_bounds__(kTile) k_fwd(const float* qkv, float* out, float* lse, int T, int C, int H, int hs,
-                                                float scale) {
+__global__ void __launch_bounds__(kTile)
+    k_fwd(const float* qkv, float* out, float* lse, int T, int C, int H, int hs, float scale) {
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile, t = q0 + threadIdx.x;
   const int C3 = 3 * C;
   __shared__ __align__(16) Tile<HS> Ks, Vs;
@@ -113,9 +113,9 @@ __global__ void k_delta(const float* out, const float* dout, float* delta, int B
 
 // dK, dV: block (k-tile, h, b), one thread per key row s; loop over query tiles t >= s.
 template <int HS>
-__global__ void __launch_bounds__(kTile) k_bwd_kv(const float* qkv, const float* dout, const float* lse,
-                                                   const float* delta, float* dqkv, int T, int C, int H, int hs,
-                                                   float scale) {
+__global__ void __launch_bounds__(kTile)
+    k_bwd_kv(const float* qkv, const float* dout, const float* lse, const float* delta, float* dqkv, int T, int C,
+             int H, int hs, float scale) {
   const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kTile, s = k0 + threadIdx.x, tid = threadIdx.x;
   const int C3 = 3 * C;
   __shared__ __align__(16) Tile<HS> Kown, Vown, Qs, dOs;
@@ -181,9 +181,9 @@ __global__ void __launch_bounds__(kTile) k_bwd_kv(const float* qkv, const float*
 
 // dQ: block (q-tile, h, b), one thread per query row t; loop over key tiles s <= t.
 template <int HS>
-__global__ void __launch_bounds__(kTile) k_bwd_q(const float* qkv, const float* dout, const float* lse,
-                                                  const float* delta, float* dqkv, int T, int C, int H, int hs,
-                                                  float scale) {
+__global__ void __launch_bounds__(kTile)
+    k_bwd_q(const float* qkv, const float* dout, const float* lse, const float* delta, float* dqkv, int T, int C, int H,
+            int hs, float scale) {
   const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile, t = q0 + threadIdx.x, tid = threadIdx.x;
   const int C3 = 3 * C;
   __shared__ __align__(16) Tile<HS> Qown, dOown, Ks, Vs;
@@ -217,8 +217,7 @@ __global__ void __launch_bounds__(kTile) k_bwd_q(const float* qkv, const float* 
         }
       }
 #pragma unroll
-      for (int r = 0; r < kSub; ++r)
-        sc[r] = (active && s0 + rc + r <= t) ? __expf(sc[r] - Lt) * (dp[r] - Dt) : 0.f;
+      for (int r = 0; r < kSub; ++r) sc[r] = (active && s0 + rc + r <= t) ? __expf(sc[r] - Lt) * (dp[r] - Dt) : 0.f;
 #pragma unroll
       for (int r = 0; r < kSub; ++r) {
         const float ds = sc[r];

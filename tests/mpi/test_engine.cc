@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "tests/common/tiny.h"
 #include "zerorun/engine.h"
 
 using namespace zerorun;
@@ -19,23 +20,8 @@ void expect(bool ok, const std::string& what, int rank) {
     std::fprintf(stderr, "rank %d: FAIL %s\n", rank, what.c_str());
   }
 }
-Model tiny() {
-  Gpt2Spec s;
-  s.vocab = 96;
-  s.n_ctx = 16;
-  s.n_embd = 48;
-  s.n_layer = 2;
-  s.n_head = 4;
-  return build_gpt2(s, 21);
-}
-Config cfg(const std::string& text, int world) {
-  Config c = parse_config(json::parse(text), "test");
-  ResolveContext rc;
-  rc.world_size = world;
-  rc.hidden = 48;
-  resolve_config(c, rc);
-  return c;
-}
+Model tiny() { return testing::tiny_gpt(21, 96, 48); }
+Config cfg(const std::string& text, int world) { return testing::make_cfg(text, world, 48); }
 }  // namespace
 
 int main() {

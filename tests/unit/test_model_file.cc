@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/common/tiny.h"
 #include "zerorun/fsutil.h"
 #include "zerorun/model.h"
 #include "zerorun/safetensors.h"
@@ -17,15 +18,7 @@ std::string tmp(const std::string& name) {
   fs::create_directories(d);
   return (d / name).string();
 }
-Gpt2Spec tiny_gpt() {
-  Gpt2Spec s;
-  s.vocab = 64;
-  s.n_ctx = 16;
-  s.n_embd = 32;
-  s.n_layer = 2;
-  s.n_head = 4;
-  return s;
-}
+Gpt2Spec tiny_gpt() { return testing::tiny_gpt_spec(); }
 // Rewrites the header of a safetensors file, keeping the data bytes.
 void rewrite_header(const std::string& src, const std::string& dst, const std::function<void(json&)>& edit) {
   std::string s = read_file(src);

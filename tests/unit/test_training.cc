@@ -3,28 +3,14 @@
 // overflow skips the step.
 #include <catch2/catch.hpp>
 
+#include "tests/common/tiny.h"
 #include "zerorun/engine.h"
 
 using namespace zerorun;
+using testing::make_cfg;
+using testing::tiny_gpt;
 
 namespace {
-Model tiny_gpt(uint64_t seed = 11) {
-  Gpt2Spec s;
-  s.vocab = 64;
-  s.n_ctx = 16;
-  s.n_embd = 32;
-  s.n_layer = 2;
-  s.n_head = 4;
-  return build_gpt2(s, seed);
-}
-Config make_cfg(const std::string& text, int world = 1) {
-  Config c = parse_config(json::parse(text), "test");
-  ResolveContext rc;
-  rc.world_size = world;
-  rc.hidden = 32;
-  resolve_config(c, rc);
-  return c;
-}
 std::vector<double> run(const Model& m, const Config& c, int steps, std::map<std::string, Tensor>* w = nullptr) {
   auto comm = make_self_comm();
   Engine e(m, c, *comm, steps);

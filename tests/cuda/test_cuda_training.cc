@@ -1,0 +1,112 @@
+// Training on the GPU end to end: fp16 dynamic loss scaling with inf/nan
+// injected into device gradients (skip, hysteresis, growth window, error at
+// the minimum), every ZeRO stage and CPU offload on one GPU against stage 0,
+// and bf16 tensor-core training against the CPU run. Part of
+// zerorun_cuda_tests (main in test_cuda_ops.cc; skipped without a GPU).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "tests/common/tiny.h"
+#include "zerorun/engine.h"
+
+using namespace zerorun;
+using testing::tiny_gpt;
+
+namespace {
+Config gpu_cfg(const std::string& text, bool gpu = true) {
+  Config c = testing::make_cfg(text, 1, 32, gpu);
+  c.device = gpu ? Device::cuda(0) : Device::cpu();
+  return c;
+}
+std::vector<double> run(const Model& m, const Config& c, int steps, std::map<std::string, Tensor>* w = nullptr) {
+  auto comm = make_self_comm();
+  Engine e(m, c, *comm, steps);
+  auto data = make_data_source("synthetic", m, e.seq_len(), 5);
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) losses.push_back(e.train_step(*data).loss);
+  if (w) *w = e.master_weights();
+  return losses;
+}
+}  // namespace
+
+TEST_CASE("fp16 on GPU: injected inf/nan skip the step; hysteresis, growth, minimum", "[cuda]") {
+  Model g = tiny_gpt();
+  Config c = gpu_cfg(R"({"train_batch_size": 4, "fp16": {"enabled": true, "initial_scale_power": 10,
+      "hysteresis": 2, "loss_scale_window": 2, "min_loss_scale": 128}})");
+  auto comm = make_self_comm();
+  Engine e(g, c, *comm, 100);
+  auto& gpu = kernels::backend(Device::cuda(0));
+  int64_t where = -1;  // gradient element to poison, -1 = none
+  float poison = INFINITY;
+  e.after_backward = [&](float* grad, int64_t n) {
+    REQUIRE(n > 0);
+    if (where >= 0) gpu.set_scalar(grad + std::min(where, n - 1), poison);  // device pointer
+  };
+  auto data = make_data_source("synthetic", g, e.seq_len(), 5);
+  auto w0 = e.master_weights();
+  where = 0;
+  StepStats s1 = e.train_step(*data);  // hysteresis 2 -> 1: skipped, scale kept
+  REQUIRE(s1.skipped);
+  REQUIRE(s1.loss_scale == 1024);
+  auto w1 = e.master_weights();
+  for (auto& [k, t] : w0) REQUIRE(std::memcmp(t.raw(), w1[k].raw(), t.nbytes()) == 0);
+  where = 1 << 30;  // the last element
+  poison = NAN;
+  StepStats s2 = e.train_step(*data);  // second overflow: skipped and halved afterwards
+  REQUIRE(s2.skipped);
+  where = -1;
+  StepStats s3 = e.train_step(*data);
+  REQUIRE(!s3.skipped);
+  REQUIRE(s3.loss_scale == 512);
+  StepStats s4 = e.train_step(*data);
+  StepStats s5 = e.train_step(*data);  // two clean steps since the overflow: grows
+  REQUIRE(!s4.skipped);
+  REQUIRE(s5.loss_scale == 1024);
+  // Overflow every step walks down to min_loss_scale, then a clear error.
+  where = 12345;
+  poison = -INFINITY;
+  std::string err;
+  int steps = 0;
+  try {
+    for (; steps < 50; ++steps) REQUIRE(e.train_step(*data).skipped);
+  } catch (const Error& ex) {
+    err = ex.what();
+  }
+  REQUIRE_THAT(err, Catch::Contains("minimum"));
+  REQUIRE(steps > 2);
+}
+
+TEST_CASE("every ZeRO stage and CPU offload on one GPU equal stage 0 (fp32)", "[cuda]") {
+  Model g = tiny_gpt();
+  const std::string opt = R"("optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.1}},
+      "gradient_clipping": 1.0, "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4)";
+  std::map<std::string, Tensor> w0;
+  auto l0 = run(g, gpu_cfg("{" + opt + "}"), 8, &w0);
+  REQUIRE(l0.back() < l0.front());
+  auto cpu = run(g, gpu_cfg("{" + opt + "}", false), 8);
+  for (size_t i = 0; i < l0.size(); ++i) REQUIRE(cpu[i] == Approx(l0[i]).epsilon(1e-4));
+  for (const char* z :
+       {R"({"stage": 1})", R"({"stage": 2, "reduce_bucket_size": 3000})",
+        R"({"stage": 3, "reduce_bucket_size": 3000, "stage3_prefetch_bucket_size": 5000})",
+        R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})",
+        R"({"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})"}) {
+    INFO("zero_optimization " << z);
+    std::map<std::string, Tensor> w;
+    auto l = run(g, gpu_cfg("{" + opt + R"(, "zero_optimization": )" + z + "}"), 8, &w);
+    for (size_t i = 0; i < l.size(); ++i) REQUIRE(l[i] == Approx(l0[i]).epsilon(1e-5));
+    for (auto& [k, t] : w0)
+      for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w[k].f32()[i] == Approx(t.f32()[i]).margin(1e-5));
+  }
+}
+
+TEST_CASE("bf16 on GPU trains and tracks the CPU bf16 run", "[cuda]") {
+  Model g = tiny_gpt();
+  const std::string c =
+      R"({"train_batch_size": 8, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})";
+  auto lg = run(g, gpu_cfg(c), 30);
+  auto lc = run(g, gpu_cfg(c, false), 30);
+  REQUIRE(lg.back() < 0.7 * lg.front());
+  for (size_t i = 0; i < lg.size(); ++i) REQUIRE(lg[i] == Approx(lc[i]).epsilon(2e-2));
+}
