@@ -248,8 +248,7 @@ void bwd_t(const float* qkv, const float* out, const float* lse, const float* do
            int T, int C, int H) {
   int hs = C / H;
   float scale = 1.f / sqrtf((float)hs);
-  int64_t n = (int64_t)B * H * T;
-  k_delta<<<(unsigned)std::min<int64_t>((n + 255) / 256, 1 << 16), 256>>>(out, dout, delta, B, T, C, H, hs);
+  row_delta(out, dout, delta, B, T, C, H);
   dim3 grid((T + kTile - 1) / kTile, H, B);
   k_bwd_kv<HS><<<grid, kTile>>>(qkv, dout, lse, delta, dqkv, T, C, H, hs, scale);
   k_bwd_q<HS><<<grid, kTile>>>(qkv, dout, lse, delta, dqkv, T, C, H, hs, scale);
@@ -260,6 +259,14 @@ void bwd_t(const float* qkv, const float* out, const float* lse, const float* do
 
 // Head sizes up to 64 (GPT-2's); larger heads would spill the per-thread
 // accumulators, so they take the materialised path.
+void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H) {
+  const int64_t n = B * H * T;
+  if (n == 0) return;
+  k_delta<<<(unsigned)std::min<int64_t>((n + 255) / 256, 1 << 16), 256>>>(out, dout, delta, (int)B, (int)T, (int)C,
+                                                                          (int)H, (int)(C / H));
+  ZR_CUDA(cudaGetLastError());
+}
+
 bool supported(int64_t head_size) { return head_size <= 64; }
 
 void forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C, int64_t H) {

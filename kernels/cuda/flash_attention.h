@@ -9,4 +9,13 @@ void forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int
 // Accumulates into dqkv; `delta` is scratch of B*H*T floats.
 void backward(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, float* delta,
               int64_t B, int64_t T, int64_t C, int64_t H);
+// delta[b, h, t] = sum_i dout[b, t, h*hs + i] * out[b, t, h*hs + i] (backward's row term).
+void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H);
+
+// Tensor-core variant for 16-bit runs (flash_attention_tc.cu): bf16 (or fp16)
+// operands, fp32 accumulation; head size 64 only. Same tensors as above.
+bool tc_supported(int64_t head_size);
+void tc_forward(bool bf16, const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C, int64_t H);
+void tc_backward(bool bf16, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
+                 float* delta, int64_t B, int64_t T, int64_t C, int64_t H);
 }  // namespace zerorun::kernels::flash
