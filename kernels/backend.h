@@ -57,9 +57,11 @@ class Backend {
   virtual void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) = 0;
   virtual void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) = 0;
   virtual void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) = 0;
-  virtual double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V) = 0;
-  virtual void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* dloss, float* dlogits,
-                                 int64_t N, int64_t V) = 0;
+  // Mean cross-entropy; writes each row's log-sum-exp to lse[N] for the backward.
+  virtual double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) = 0;
+  // dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
+  virtual void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                                 float* dlogits, int64_t N, int64_t V) = 0;
   virtual double mse_fwd(const float* pred, const float* target, int64_t n) = 0;
   virtual void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) = 0;
   virtual void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,

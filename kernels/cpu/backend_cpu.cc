@@ -83,12 +83,12 @@ class CpuBackend : public Backend {
   void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) override {
     cpu::pos_embedding_bwd(dout, dtable, B, T, C);
   }
-  double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V) override {
-    return cpu::cross_entropy_fwd(logits, targets, N, V);
+  double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) override {
+    return cpu::cross_entropy_fwd(logits, targets, lse, N, V);
   }
-  void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
-                         int64_t V) override {
-    cpu::cross_entropy_bwd(logits, targets, *dloss, dlogits, N, V);
+  void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                         float* dlogits, int64_t N, int64_t V) override {
+    cpu::cross_entropy_bwd(logits, targets, lse, *dloss, dlogits, N, V);
   }
   double mse_fwd(const float* pred, const float* target, int64_t n) override { return cpu::mse_fwd(pred, target, n); }
   void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) override {

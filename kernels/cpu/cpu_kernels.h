@@ -50,10 +50,12 @@ void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t
 void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C);
 void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C);
 
-// Mean softmax cross-entropy over N rows of logits [N, V]; returns the loss.
-double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V);
-// dlogits += dloss * (softmax(logits) - onehot(target)) / N
-void cross_entropy_bwd(const float* logits, const int32_t* targets, float dloss, float* dlogits, int64_t N, int64_t V);
+// Mean softmax cross-entropy over N rows of logits [N, V]; returns the loss
+// and writes each row's log-sum-exp to lse[N].
+double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V);
+// dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
+void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, float dloss, float* dlogits,
+                       int64_t N, int64_t V);
 double mse_fwd(const float* pred, const float* target, int64_t n);
 void mse_bwd(const float* pred, const float* target, float dloss, float* dpred, int64_t n);
 

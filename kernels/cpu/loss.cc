@@ -7,7 +7,7 @@
 
 namespace zerorun::kernels::cpu {
 
-double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V) {
+double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) {
   std::vector<double> row_loss(N);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -16,6 +16,7 @@ double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N,
     for (int64_t v = 0; v < V; ++v) mx = l[v] > mx ? l[v] : mx;
     double s = 0.0;
     for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(l[v] - mx));
+    lse[n] = static_cast<float>(std::log(s) + mx);
     row_loss[n] = std::log(s) + mx - l[targets[n]];
   }
   double tot = 0.0;
@@ -23,18 +24,15 @@ double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N,
   return tot / static_cast<double>(N);
 }
 
-void cross_entropy_bwd(const float* logits, const int32_t* targets, float dloss, float* dlogits, int64_t N, int64_t V) {
+void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, float dloss, float* dlogits,
+                       int64_t N, int64_t V) {
   const float scale = dloss / static_cast<float>(N);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     const float* l = logits + n * V;
     float* d = dlogits + n * V;
-    float mx = -INFINITY;
-    for (int64_t v = 0; v < V; ++v) mx = l[v] > mx ? l[v] : mx;
-    float s = 0.f;
-    for (int64_t v = 0; v < V; ++v) s += std::exp(l[v] - mx);
-    float inv = 1.f / s;
-    for (int64_t v = 0; v < V; ++v) d[v] += scale * (std::exp(l[v] - mx) * inv - (v == targets[n] ? 1.f : 0.f));
+    const float z = lse[n];
+    for (int64_t v = 0; v < V; ++v) d[v] += scale * (std::exp(l[v] - z) - (v == targets[n] ? 1.f : 0.f));
   }
 }
 

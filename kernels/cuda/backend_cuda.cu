@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <vector>
 
 #include "cuda_check.h"
 #include "flash_attention.h"
 #include "kernels/backend.h"
+#include "lt_linear.h"
 #include "zerorun/cuda_rt.h"
+#include "zerorun/profile.h"
 
 namespace zerorun::kernels {
 namespace {
@@ -49,20 +52,6 @@ __device__ inline float block_sum(float v) {
   __syncthreads();
   v = threadIdx.x < blockDim.x / 32 ? sh[lane] : 0.f;
   if (w == 0) v = warp_sum(v);
-  if (threadIdx.x == 0) sh[0] = v;
-  __syncthreads();
-  float r = sh[0];
-  __syncthreads();
-  return r;
-}
-__device__ inline float block_max(float v) {
-  __shared__ float sh[32];
-  v = warp_max(v);
-  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  if (lane == 0) sh[w] = v;
-  __syncthreads();
-  v = threadIdx.x < blockDim.x / 32 ? sh[lane] : -INFINITY;
-  if (w == 0) v = warp_max(v);
   if (threadIdx.x == 0) sh[0] = v;
   __syncthreads();
   float r = sh[0];
@@ -267,29 +256,70 @@ __global__ void k_pos_bwd(const float* dout, float* dtable, int64_t B, int64_t T
 }
 
 // ---- losses: one block per row ------------------------------------------------------
-__global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row_loss, int64_t V) {
-  const float* l = logits + blockIdx.x * V;
-  float mx = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
-  mx = block_max(mx);
-  float s = 0.f;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(l[v] - mx);
-  s = block_sum(s);
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = logf(s) + mx - l[targets[blockIdx.x]];
+// One pass per row: running (max, sum of exp) per thread, merged across the block.
+__device__ inline void online_add(float& m, float& s, float x) {
+  if (x > m) {
+    s = s * expf(m - x) + 1.f;
+    m = x;
+  } else {
+    s += expf(x - m);
+  }
 }
-__global__ void k_ce_bwd(const float* logits, const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
-                         int64_t V) {
+__device__ inline void online_merge(float& m, float& s, float m2, float s2) {
+  float mn = fmaxf(m, m2);
+  s = (m == -INFINITY ? 0.f : s * expf(m - mn)) + (m2 == -INFINITY ? 0.f : s2 * expf(m2 - mn));
+  m = mn;
+}
+__global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row_loss, float* lse, int64_t V) {
+  const float* l = logits + blockIdx.x * V;
+  float m = -INFINITY, s = 0.f;
+  if (V % 4 == 0) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
+      float4 x = l4[v];
+      online_add(m, s, x.x), online_add(m, s, x.y), online_add(m, s, x.z), online_add(m, s, x.w);
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) online_add(m, s, l[v]);
+  }
+  for (int o = 16; o > 0; o >>= 1)
+    online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+  __shared__ float sm[32], ss[32];
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (lane == 0) sm[w] = m, ss[w] = s;
+  __syncthreads();
+  if (w == 0) {
+    m = lane < blockDim.x / 32 ? sm[lane] : -INFINITY;
+    s = lane < blockDim.x / 32 ? ss[lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1)
+      online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    if (lane == 0) {
+      const float z = logf(s) + m;
+      lse[blockIdx.x] = z;
+      row_loss[blockIdx.x] = z - l[targets[blockIdx.x]];
+    }
+  }
+}
+__global__ void k_ce_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                         float* dlogits, int64_t N, int64_t V) {
   const float* l = logits + blockIdx.x * V;
   float* d = dlogits + blockIdx.x * V;
-  float mx = -INFINITY;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) mx = fmaxf(mx, l[v]);
-  mx = block_max(mx);
-  float s = 0.f;
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) s += expf(l[v] - mx);
-  float inv = 1.f / block_sum(s);
-  float scale = *dloss / static_cast<float>(N);
-  int32_t t = targets[blockIdx.x];
-  for (int64_t v = threadIdx.x; v < V; v += blockDim.x) d[v] += scale * (expf(l[v] - mx) * inv - (v == t ? 1.f : 0.f));
+  const float z = lse[blockIdx.x], scale = *dloss / static_cast<float>(N);
+  const int32_t t = targets[blockIdx.x];
+  if (V % 4 == 0) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    float4* d4 = reinterpret_cast<float4*>(d);
+    for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
+      float4 x = l4[v], g = d4[v];
+      g.x += scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f));
+      g.y += scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f));
+      g.z += scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f));
+      g.w += scale * (expf(x.w - z) - (4 * v + 3 == t ? 1.f : 0.f));
+      d4[v] = g;
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) d[v] += scale * (expf(l[v] - z) - (v == t ? 1.f : 0.f));
+  }
 }
 __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* out) {
   float s = 0.f;
@@ -416,6 +446,14 @@ class CudaBackend : public Backend {
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in,
                   int64_t out) override {
+    if (N == 0 || out == 0) return;
+    if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue
+      Half xh = to16(x, N * in), wh = to16(w, out * in);
+      profile::Scope ps(".. cublasLt linear fwd");
+      if (!lt_) lt_ = std::make_unique<LtLinear>();
+      lt_->forward(mm_, xh.p, wh.p, b, y, N, in, out);
+      return;
+    }
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
@@ -426,9 +464,18 @@ class CudaBackend : public Backend {
       if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
     } else {  // dy is rounded once for both products
       Half dyh = to16(dy, N * out);
-      if (dx) gemm16(false, false, N, in, out, 1.f, dyh.p, out, 0, to16(w, out * in).p, in, 0, 1.f, dx, in, 0, 1);
-      if (dw) gemm16(true, false, out, in, N, 1.f, dyh.p, out, 0, to16(x, N * in).p, in, 0, 1.f, dw, in, 0, 1);
+      if (dx) {
+        Half wh = to16(w, out * in);
+        profile::Scope ps(".. gemm16 linear dx");
+        gemm16(false, false, N, in, out, 1.f, dyh.p, out, 0, wh.p, in, 0, 1.f, dx, in, 0, 1);
+      }
+      if (dw) {
+        Half xh = to16(x, N * in);
+        profile::Scope ps(".. gemm16 linear dw");
+        gemm16(true, false, out, in, N, 1.f, dyh.p, out, 0, xh.p, in, 0, 1.f, dw, in, 0, 1);
+      }
     }
+    profile::Scope ps(".. bias grad");
     if (db) column_sums(ColOf{dy}, N, out, db, nullptr);
   }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
@@ -547,10 +594,10 @@ class CudaBackend : public Backend {
   void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) override {
     LAUNCH(k_pos_bwd, T * C, dout, dtable, B, T, C);
   }
-  double cross_entropy_fwd(const float* logits, const int32_t* targets, int64_t N, int64_t V) override {
+  double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) override {
     if (!N) return 0.0;
     DevBuf<float> rows(static_cast<size_t>(N));
-    k_ce_fwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, rows.p, V);
+    k_ce_fwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, rows.p, lse, V);
     ZR_CUDA(cudaGetLastError());
     std::vector<float> h(static_cast<size_t>(N));
     ZR_CUDA(cudaMemcpy(h.data(), rows.p, h.size() * 4, cudaMemcpyDeviceToHost));
@@ -558,10 +605,10 @@ class CudaBackend : public Backend {
     for (float v : h) s += v;
     return s / static_cast<double>(N);
   }
-  void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* dloss, float* dlogits, int64_t N,
-                         int64_t V) override {
+  void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                         float* dlogits, int64_t N, int64_t V) override {
     if (!N) return;
-    k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, dloss, dlogits, N, V);
+    k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits, N, V);
     ZR_CUDA(cudaGetLastError());
   }
   double mse_fwd(const float* pred, const float* target, int64_t n) override {
@@ -622,6 +669,7 @@ class CudaBackend : public Backend {
   }
   using Half = DevBuf<uint16_t>;  // bf16 or f16 bits, per mm_
   Half to16(const float* x, int64_t n) const {
+    profile::Scope ps(".. to16");
     Half h(static_cast<size_t>(n), false);
     if (mm_ == DType::BF16)
       LAUNCH(k_to16<__nv_bfloat16>, n, x, reinterpret_cast<__nv_bfloat16*>(h.p), n);
@@ -638,6 +686,7 @@ class CudaBackend : public Backend {
         CUDA_R_32F, static_cast<int>(ldc), sC, static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   DType mm_ = DType::F32;
+  std::unique_ptr<LtLinear> lt_;
   cublasHandle_t h_{};
 };
 

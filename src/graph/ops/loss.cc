@@ -32,12 +32,14 @@ class CrossEntropy : public Op {
     } else {
       ZR_CHECK(be(c).ids_in_range(t, N, V), "a target id is outside the vocabulary of ", V);
     }
-    c.out = {scalar(c, be(c).cross_entropy_fwd(c.in[0].f32(), t, N, V))};
+    Tensor lse = Tensor::empty({N}, DType::F32, MemCategory::Activations, device_of(c));
+    c.out = {scalar(c, be(c).cross_entropy_fwd(c.in[0].f32(), t, lse.f32(), N, V))};
+    c.saved->push_back(lse);
   }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
-    be(c).cross_entropy_bwd(c.in[0].f32(), c.in[1].i32(), c.dout[0].f32(), c.din[0].f32(), N, V);
+    be(c).cross_entropy_bwd(c.in[0].f32(), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), N, V);
   }
 };
 
