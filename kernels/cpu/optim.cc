@@ -3,46 +3,24 @@
 #include <cmath>
 
 #include "cpu_kernels.h"
+#include "kernels/optim_math.h"
 
 namespace zerorun::kernels::cpu {
 
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                float wd, bool adamw, bool bias_correction, int64_t step) {
-  float bc1 = 1.f, bc2 = 1.f;
-  if (bias_correction) {
-    bc1 = 1.f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));
-    bc2 = 1.f - static_cast<float>(std::pow(static_cast<double>(beta2), static_cast<double>(step)));
-  }
-  const float bc2_sqrt = std::sqrt(bc2);
-  const float step_size = lr / bc1;
+  const AdamCoeffs c = adam_coeffs(lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
 #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float gi = g[i];
-    if (!adamw && wd != 0.f) gi += wd * p[i];
-    float mi = beta1 * m[i] + (1.f - beta1) * gi;
-    float vi = beta2 * v[i] + (1.f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float denom = std::sqrt(vi) / bc2_sqrt + eps;
-    float pi = p[i];
-    if (adamw && wd != 0.f) pi -= lr * wd * pi;
-    p[i] = pi - step_size * mi / denom;
-  }
+  for (int64_t i = 0; i < n; ++i) adam_elem(p[i], g[i], m[i], v[i], c);
 }
 
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
               bool nesterov, bool first_step) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float d = g[i];
-    if (wd != 0.f) d += wd * p[i];
-    if (momentum != 0.f) {
-      float b = first_step ? d : momentum * buf[i] + (1.f - dampening) * d;
-      buf[i] = b;
-      d = nesterov ? d + momentum * b : b;
-    }
-    p[i] -= lr * d;
-  }
+  // Without momentum there is no buffer (buf may be null).
+  float unused = 0.f;
+#pragma omp parallel for simd schedule(static) firstprivate(unused)
+  for (int64_t i = 0; i < n; ++i)
+    sgd_elem(p[i], g[i], momentum != 0.f ? buf[i] : unused, lr, momentum, dampening, wd, nesterov, first_step);
 }
 
 }  // namespace zerorun::kernels::cpu

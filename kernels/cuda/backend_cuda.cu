@@ -13,6 +13,7 @@
 #include "cuda_check.h"
 #include "flash_attention.h"
 #include "kernels/backend.h"
+#include "kernels/optim_math.h"
 #include "lt_linear.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/profile.h"
@@ -336,31 +337,14 @@ __global__ void k_mse_bwd(const float* p, const float* t, const float* dloss, fl
 }
 
 // ---- optimizer and helpers ----------------------------------------------------------
-__global__ void k_adam(float* p, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
-                       float wd, bool adamw, float step_size, float bc2_sqrt) {
-  GRID_STRIDE(i, n) {
-    float gi = g[i];
-    if (!adamw && wd != 0.f) gi += wd * p[i];
-    float mi = b1 * m[i] + (1.f - b1) * gi;
-    float vi = b2 * v[i] + (1.f - b2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    float pi = p[i];
-    if (adamw && wd != 0.f) pi -= lr * wd * pi;
-    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
-  }
+__global__ void k_adam(float* p, const float* g, float* m, float* v, int64_t n, AdamCoeffs c) {
+  GRID_STRIDE(i, n) adam_elem(p[i], g[i], m[i], v[i], c);
 }
 __global__ void k_sgd(float* p, const float* g, float* buf, int64_t n, float lr, float mom, float damp, float wd,
                       bool nesterov, bool first) {
   GRID_STRIDE(i, n) {
-    float d = g[i];
-    if (wd != 0.f) d += wd * p[i];
-    if (mom != 0.f) {
-      float b = first ? d : mom * buf[i] + (1.f - damp) * d;
-      buf[i] = b;
-      d = nesterov ? d + mom * b : b;
-    }
-    p[i] -= lr * d;
+    float unused = 0.f;
+    sgd_elem(p[i], g[i], mom != 0.f ? buf[i] : unused, lr, mom, damp, wd, nesterov, first);
   }
 }
 __global__ void k_scale(float* x, float s, int64_t n) { GRID_STRIDE(i, n) x[i] *= s; }
@@ -619,12 +603,7 @@ class CudaBackend : public Backend {
   }
   void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                  float wd, bool adamw, bool bias_correction, int64_t step) override {
-    float bc1 = 1.f, bc2 = 1.f;
-    if (bias_correction) {
-      bc1 = 1.f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));
-      bc2 = 1.f - static_cast<float>(std::pow(static_cast<double>(beta2), static_cast<double>(step)));
-    }
-    LAUNCH(k_adam, n, p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, lr / bc1, std::sqrt(bc2));
+    LAUNCH(k_adam, n, p, g, m, v, n, adam_coeffs(lr, beta1, beta2, eps, wd, adamw, bias_correction, step));
   }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
                 bool nesterov, bool first_step) override {

@@ -1,0 +1,56 @@
+// The per-element Adam/AdamW and SGD updates, shared by the CPU loops and the
+// CUDA kernels so both backends apply literally the same arithmetic.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#define ZR_HD __host__ __device__
+#else
+#define ZR_HD
+#endif
+
+namespace zerorun::kernels {
+
+struct AdamCoeffs {
+  float lr, beta1, beta2, eps, wd, step_size, bc2_sqrt;
+  bool adamw;
+};
+
+// Bias corrections for optimizer step `step` (1-based), computed once per update.
+inline AdamCoeffs adam_coeffs(float lr, float beta1, float beta2, float eps, float wd, bool adamw, bool bias_correction,
+                              int64_t step) {
+  float bc1 = 1.f, bc2 = 1.f;
+  if (bias_correction) {
+    bc1 = 1.f - static_cast<float>(std::pow(static_cast<double>(beta1), static_cast<double>(step)));
+    bc2 = 1.f - static_cast<float>(std::pow(static_cast<double>(beta2), static_cast<double>(step)));
+  }
+  return {lr, beta1, beta2, eps, wd, lr / bc1, std::sqrt(bc2), adamw};
+}
+
+// AdamW decays the weight directly; Adam with weight_decay adds the L2 term to the gradient.
+ZR_HD inline void adam_elem(float& p, float g, float& m, float& v, const AdamCoeffs& c) {
+  if (!c.adamw && c.wd != 0.f) g += c.wd * p;
+  const float mi = c.beta1 * m + (1.f - c.beta1) * g;
+  const float vi = c.beta2 * v + (1.f - c.beta2) * g * g;
+  m = mi;
+  v = vi;
+  float pi = p;
+  if (c.adamw && c.wd != 0.f) pi -= c.lr * c.wd * pi;
+  p = pi - c.step_size * mi / (sqrtf(vi) / c.bc2_sqrt + c.eps);
+}
+
+// torch.optim.SGD semantics (momentum buffer starts as the first gradient).
+ZR_HD inline void sgd_elem(float& p, float g, float& buf, float lr, float momentum, float dampening, float wd,
+                           bool nesterov, bool first_step) {
+  float d = g;
+  if (wd != 0.f) d += wd * p;
+  if (momentum != 0.f) {
+    const float b = first_step ? d : momentum * buf + (1.f - dampening) * d;
+    buf = b;
+    d = nesterov ? d + momentum * b : b;
+  }
+  p -= lr * d;
+}
+
+}  // namespace zerorun::kernels
