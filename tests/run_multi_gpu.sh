@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Multi-GPU checks for a machine with 2-8 GPUs (device kinds nvidia-h200-x2/x4/x8),
+# from the bundle of tests/make_device_bundle.sh: ZeRO-0..3 parity across
+# 2/4/8 GPUs vs 1 GPU (fp32 within 1e-5, bf16 within 1e-2), stage-3 model-state
+# memory per GPU ~ 1/N, weak scaling of GPT-2 350M with ZeRO-2, and GPT-2 1.5B
+# with ZeRO-3 + optimizer offload across the GPUs. Exits 77 with fewer than 2 GPUs.
+# Usage there: bash tests/run_multi_gpu.sh [OUT_DIR]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTD=${1:-${OUT:-/tmp}}
+export LD_LIBRARY_PATH="$PWD/.devbuild/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+ldconfig -p | grep -q "libmpi.so.40 " || export LD_LIBRARY_PATH="$PWD/.devbuild/lib-mpi:$LD_LIBRARY_PATH"
+NCCL_DIR=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
+[[ -n "$NCCL_DIR" ]] && export LD_LIBRARY_PATH="$NCCL_DIR:$LD_LIBRARY_PATH"
+export NCCL_NVLS_ENABLE=0
+ZR=$PWD/.devbuild/bin/zerorun
+G=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [[ $G -lt 2 ]]; then echo "run_multi_gpu: $G GPU(s) visible, needs at least 2"; exit 77; fi
+rc=0
+specs="1:4"
+for n in 2 4 8; do [[ $n -le $G ]] && specs="$specs $n:2"; done  # global batch 16 = micro x accumulation x ranks
+echo "== parity fp32 ($specs)"
+DEVICE=cuda SPECS="$specs" BATCH=16 bash tests/parity_test.sh "$ZR" | tee "$OUTD/parity_fp32.log" | tail -20 || rc=1
+echo "== parity bf16"
+DEVICE=cuda SPECS="$specs" BATCH=16 BF16=1 bash tests/parity_test.sh "$ZR" | tee "$OUTD/parity_bf16.log" | tail -20 || rc=1
+
+W=$(mktemp -d)
+"$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd 1024 --n_layer 24 --n_head 16 -o "$W/m350.bin" >/dev/null
+tok_s() {  # tokens/s of the last printed step line
+  grep -E "step +[0-9]+/" "$1" | tail -1 | sed 's/.*| \([0-9]*\) tok\/s.*/\1/'
+}
+echo "== stage-3 model states per GPU"
+for n in 1 $G; do
+  echo '{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "zero_optimization": {"stage": 3}}' >"$W/z3.json"
+  "$ZR" --num_gpus $n --device cuda --config "$W/z3.json" "$W/m350.bin" --steps 2 >"$W/z3_$n.out" 2>&1 || rc=1
+  grep "memory rank 0" "$W/z3_$n.out" | head -1 | sed "s/^/  $n GPU(s): /"
+done
+echo "== weak scaling, GPT-2 350M, ZeRO-2, micro batch 4 per GPU"
+echo '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}, "steps_per_print": 5, "zero_optimization": {"stage": 2}}' >"$W/z2.json"
+for n in 1 $G; do
+  "$ZR" --num_gpus $n --device cuda --config "$W/z2.json" "$W/m350.bin" --steps 15 >"$W/z2_$n.out" 2>&1 || rc=1
+done
+t1=$(tok_s "$W/z2_1.out") tn=$(tok_s "$W/z2_$G.out")
+awk -v a="${t1:-0}" -v b="${tn:-0}" -v n="$G" 'BEGIN{e=(a>0)?b/(n*a):0; printf "  1 GPU %d tok/s, %d GPUs %d tok/s: efficiency %.1f%% -> %s\n", a, n, b, 100*e, (e>=0.9?"PASS":"FAIL"); exit !(e>=0.9)}' || rc=1
+echo "== GPT-2 1.5B, ZeRO-3 + optimizer offload on $G GPUs"
+"$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd 1600 --n_layer 48 --n_head 25 -o "$W/m15.bin" >/dev/null
+echo '{"train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "steps_per_print": 1,
+  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}}' >"$W/off.json"
+"$ZR" --num_gpus $G --device cuda --config "$W/off.json" "$W/m15.bin" --steps 4 2>&1 | grep -E "step|memory rank 0|error" || rc=1
+exit $rc
