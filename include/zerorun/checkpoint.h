@@ -3,6 +3,7 @@
 // "latest" / tags to directories.
 #pragma once
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,9 @@ namespace zerorun::ckpt {
 std::string resolve_dir(const std::string& save_dir, const std::string& tag);
 // Reads dir/manifest.json and verifies every listed file's size and crc32.
 nlohmann::json read_manifest(const std::string& dir, bool verify_files = true);
+// Every listed file exists with the manifest's size; the crc32 is checked for
+// the files in `checksummed` only (a resuming rank reads a subset of shards).
+void verify_shards(const std::string& dir, const nlohmann::json& manifest, const std::set<std::string>& checksummed);
 
 // Where to read elements [b, e) of a parameter from: (file, first element
 // inside the stored slice, count, destination offset).

@@ -51,19 +51,26 @@ nlohmann::json read_manifest(const std::string& dir, bool verify) {
   for (auto* k : {"files", "params", "graph_hash", "world_size", "step"})
     ZR_CHECK(m.contains(k), mp, ": missing '", k, "'");
   if (verify) {
-    for (auto& [name, info] : m["files"].items()) {
-      std::string p = dir + "/" + name;
-      ZR_CHECK(path_exists(p), p, ": shard listed in the manifest is missing");
-      uint64_t sz = std::filesystem::file_size(p);
-      ZR_CHECK(sz == info.at("bytes").get<uint64_t>(), p, ": size ", sz, " bytes, manifest says ",
-               info.at("bytes").get<uint64_t>(), " (truncated or replaced shard)");
-      char crc[16];
-      std::snprintf(crc, sizeof crc, "%08x", file_crc32(p));
-      ZR_CHECK(crc == info.at("crc32").get<std::string>(), p, ": checksum ", crc, " does not match the manifest's ",
-               info.at("crc32").get<std::string>(), " (corrupt shard)");
-    }
+    std::set<std::string> all;
+    for (auto& [name, info] : m["files"].items()) all.insert(name);
+    verify_shards(dir, m, all);
   }
   return m;
+}
+
+void verify_shards(const std::string& dir, const nlohmann::json& m, const std::set<std::string>& checksummed) {
+  for (auto& [name, info] : m["files"].items()) {
+    std::string p = dir + "/" + name;
+    ZR_CHECK(path_exists(p), p, ": shard listed in the manifest is missing");
+    uint64_t sz = std::filesystem::file_size(p);
+    ZR_CHECK(sz == info.at("bytes").get<uint64_t>(), p, ": size ", sz, " bytes, manifest says ",
+             info.at("bytes").get<uint64_t>(), " (truncated or replaced shard)");
+    if (!checksummed.count(name)) continue;
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", file_crc32(p));
+    ZR_CHECK(crc == info.at("crc32").get<std::string>(), p, ": checksum ", crc, " does not match the manifest's ",
+             info.at("crc32").get<std::string>(), " (corrupt shard)");
+  }
 }
 
 std::vector<Piece> pieces_for(const nlohmann::json& m, const std::string& param, const std::string& kind, int64_t b,
@@ -197,7 +204,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
 
 nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag) {
   const std::string dir = ckpt::resolve_dir(save_dir, tag);
-  nlohmann::json m = ckpt::read_manifest(dir, true);
+  nlohmann::json m = ckpt::read_manifest(dir, false);
   const std::string mp = dir + "/manifest.json";
   ZR_CHECK(m["graph_hash"] == model_.graph_hash, mp, ": checkpoint is of another model (graph ",
            m["graph_hash"].get<std::string>(), ", this model.bin has graph ", model_.graph_hash, ")");
@@ -215,14 +222,32 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
     }
   };
   const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
+  // Weights: full for stages 0-2 (every rank computes with all of them), own shard for stage 3;
+  // optimizer state: own shard (everything at stage 0).
+  auto need_of = [&](int pi) {
+    return stage_ == 3 ? plan_.param_owned(pi, comm_.rank()) : zero::Range{0, plan_.params[pi].numel};
+  };
+  auto own_of = [&](int pi) {
+    return stage_ == 0 ? zero::Range{0, plan_.params[pi].numel} : plan_.param_owned(pi, comm_.rank());
+  };
+  // Integrity first: sizes of every shard, checksums of the shards this rank reads.
+  std::set<std::string> reads;
+  for (size_t p = 0; p < plan_.params.size(); ++p) {
+    const zero::ParamSlot& s = plan_.params[p];
+    ZR_CHECK(m["params"].contains(s.name) && m["params"][s.name]["numel"].get<int64_t>() == s.numel, mp,
+             ": parameter '", s.name, "' is missing or has another size");
+    zero::Range need = need_of(static_cast<int>(p)), own = own_of(static_cast<int>(p));
+    if (!need.empty())
+      for (auto& pc : ckpt::pieces_for(m, s.name, "master", need.begin, need.end)) reads.insert(pc.file);
+    if (!own.empty())
+      for (auto& st : states)
+        for (auto& pc : ckpt::pieces_for(m, s.name, st.first, own.begin, own.end)) reads.insert(pc.file);
+  }
+  ckpt::verify_shards(dir, m, reads);
   for (size_t p = 0; p < plan_.params.size(); ++p) {
     const zero::ParamSlot& s = plan_.params[p];
     const int pi = static_cast<int>(p);
-    ZR_CHECK(m["params"].contains(s.name) && m["params"][s.name]["numel"].get<int64_t>() == s.numel, mp,
-             ": parameter '", s.name, "' is missing or has another size");
-    // Weights: full for stages 0-2 (every rank computes with all of them), own shard for stage 3.
-    zero::Range need = stage_ == 3 ? plan_.param_owned(pi, comm_.rank()) : zero::Range{0, s.numel};
-    zero::Range own = stage_ == 0 ? zero::Range{0, s.numel} : plan_.param_owned(pi, comm_.rank());
+    zero::Range need = need_of(pi), own = own_of(pi);
     if (!need.empty()) {
       std::vector<float> v(static_cast<size_t>(need.size())), c(v.size());
       read_into(s.name, "master", need.begin, need.end, v.data());
