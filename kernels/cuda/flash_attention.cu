@@ -33,6 +33,24 @@ __device__ void load_tile(Tile<HS>& tile, const float* src, int64_t ld, int col,
 __device__ inline float4 ld4(const float* p) { return *reinterpret_cast<const float4*>(p); }
 __device__ inline float dot4(float4 a, float4 b) { return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w; }
 
+// Backward scores of kSub tile rows from rc: sc[r] = x . A[rc + r] and
+// dp[r] = y . B[rc + r], where x and y are this thread's own rows.
+template <int HS>
+__device__ __forceinline__ void score_pairs(const float* x, const float* y, const Tile<HS>& A, const Tile<HS>& B,
+                                            int rc, float (&sc)[kSub], float (&dp)[kSub]) {
+#pragma unroll
+  for (int r = 0; r < kSub; ++r) sc[r] = dp[r] = 0.f;
+#pragma unroll 2
+  for (int i = 0; i < HS; i += 4) {
+    const float4 xx = ld4(x + i), yy = ld4(y + i);
+#pragma unroll
+    for (int r = 0; r < kSub; ++r) {
+      sc[r] += dot4(xx, ld4(&A[rc + r][i]));
+      dp[r] += dot4(yy, ld4(&B[rc + r][i]));
+    }
+  }
+}
+
 // Forward: block (q-tile, h, b), one thread per query row.
 template <int HS>
 __global__ void __launch_bounds__(kTile)
@@ -139,17 +157,7 @@ __global__ void __launch_bounds__(kTile)
 #pragma unroll 1
     for (int rc = 0; rc < kTile; rc += kSub) {
       float sc[kSub], dp[kSub];
-#pragma unroll
-      for (int r = 0; r < kSub; ++r) sc[r] = dp[r] = 0.f;
-#pragma unroll 2
-      for (int i = 0; i < HS; i += 4) {
-        const float4 kk = ld4(&Kown[tid][i]), vv = ld4(&Vown[tid][i]);
-#pragma unroll
-        for (int r = 0; r < kSub; ++r) {
-          sc[r] += dot4(kk, ld4(&Qs[rc + r][i]));
-          dp[r] += dot4(vv, ld4(&dOs[rc + r][i]));
-        }
-      }
+      score_pairs<HS>(Kown[tid], Vown[tid], Qs, dOs, rc, sc, dp);
 #pragma unroll
       for (int r = 0; r < kSub; ++r) {
         const int t = t0 + rc + r;
@@ -205,17 +213,7 @@ __global__ void __launch_bounds__(kTile)
 #pragma unroll 1
     for (int rc = 0; rc < kTile; rc += kSub) {
       float sc[kSub], dp[kSub];
-#pragma unroll
-      for (int r = 0; r < kSub; ++r) sc[r] = dp[r] = 0.f;
-#pragma unroll 2
-      for (int i = 0; i < HS; i += 4) {
-        const float4 qq = ld4(&Qown[tid][i]), dd = ld4(&dOown[tid][i]);
-#pragma unroll
-        for (int r = 0; r < kSub; ++r) {
-          sc[r] += dot4(qq, ld4(&Ks[rc + r][i]));
-          dp[r] += dot4(dd, ld4(&Vs[rc + r][i]));
-        }
-      }
+      score_pairs<HS>(Qown[tid], dOown[tid], Ks, Vs, rc, sc, dp);
 #pragma unroll
       for (int r = 0; r < kSub; ++r) sc[r] = (active && s0 + rc + r <= t) ? __expf(sc[r] - Lt) * (dp[r] - Dt) : 0.f;
 #pragma unroll

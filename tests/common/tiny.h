@@ -1,9 +1,12 @@
 // Shared by the unit, MPI and CUDA tests: the tiny GPT-2 they train and a
 // config parsed and resolved from inline JSON.
 #pragma once
+#include <map>
 #include <string>
+#include <vector>
 
 #include "zerorun/config.h"
+#include "zerorun/engine.h"
 #include "zerorun/model.h"
 
 namespace zerorun::testing {
@@ -30,6 +33,19 @@ inline Config make_cfg(const std::string& text, int world = 1, int64_t hidden = 
   rc.on_gpu = on_gpu;
   resolve_config(c, rc);
   return c;
+}
+
+// Per-step losses of `steps` steps on one rank (synthetic data, seed 5); the
+// final fp32 weights into *w when given.
+inline std::vector<double> train_losses(const Model& m, const Config& c, int steps,
+                                        std::map<std::string, Tensor>* w = nullptr) {
+  auto comm = make_self_comm();
+  Engine e(m, c, *comm, steps);
+  auto data = make_data_source("synthetic", m, e.seq_len(), 5);
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) losses.push_back(e.train_step(*data).loss);
+  if (w) *w = e.master_weights();
+  return losses;
 }
 
 }  // namespace zerorun::testing

@@ -13,21 +13,13 @@
 
 using namespace zerorun;
 using testing::tiny_gpt;
+using testing::train_losses;
 
 namespace {
 Config gpu_cfg(const std::string& text, bool gpu = true) {
   Config c = testing::make_cfg(text, 1, 32, gpu);
   c.device = gpu ? Device::cuda(0) : Device::cpu();
   return c;
-}
-std::vector<double> run(const Model& m, const Config& c, int steps, std::map<std::string, Tensor>* w = nullptr) {
-  auto comm = make_self_comm();
-  Engine e(m, c, *comm, steps);
-  auto data = make_data_source("synthetic", m, e.seq_len(), 5);
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) losses.push_back(e.train_step(*data).loss);
-  if (w) *w = e.master_weights();
-  return losses;
 }
 }  // namespace
 
@@ -86,9 +78,9 @@ TEST_CASE("every ZeRO stage and CPU offload on one GPU equal stage 0 (fp32)", "[
   const std::string opt = R"("optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.1}},
       "gradient_clipping": 1.0, "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4)";
   std::map<std::string, Tensor> w0;
-  auto l0 = run(g, gpu_cfg("{" + opt + "}"), 8, &w0);
+  auto l0 = train_losses(g, gpu_cfg("{" + opt + "}"), 8, &w0);
   REQUIRE(l0.back() < l0.front());
-  auto cpu = run(g, gpu_cfg("{" + opt + "}", false), 8);
+  auto cpu = train_losses(g, gpu_cfg("{" + opt + "}", false), 8);
   for (size_t i = 0; i < l0.size(); ++i) REQUIRE(cpu[i] == Approx(l0[i]).epsilon(1e-4));
   for (const char* z :
        {R"({"stage": 1})", R"({"stage": 2, "reduce_bucket_size": 3000})",
@@ -97,7 +89,7 @@ TEST_CASE("every ZeRO stage and CPU offload on one GPU equal stage 0 (fp32)", "[
         R"({"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})"}) {
     INFO("zero_optimization " << z);
     std::map<std::string, Tensor> w;
-    auto l = run(g, gpu_cfg("{" + opt + R"(, "zero_optimization": )" + z + "}"), 8, &w);
+    auto l = train_losses(g, gpu_cfg("{" + opt + R"(, "zero_optimization": )" + z + "}"), 8, &w);
     for (size_t i = 0; i < l.size(); ++i) REQUIRE(l[i] == Approx(l0[i]).epsilon(1e-5));
     for (auto& [k, t] : w0)
       for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w[k].f32()[i] == Approx(t.f32()[i]).margin(1e-5));
@@ -108,8 +100,8 @@ TEST_CASE("bf16 on GPU trains and tracks the CPU bf16 run", "[cuda]") {
   Model g = tiny_gpt();
   const std::string c =
       R"({"train_batch_size": 8, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})";
-  auto lg = run(g, gpu_cfg(c), 30);
-  auto lc = run(g, gpu_cfg(c, false), 30);
+  auto lg = train_losses(g, gpu_cfg(c), 30);
+  auto lc = train_losses(g, gpu_cfg(c, false), 30);
   REQUIRE(lg.back() < 0.7 * lg.front());
   for (size_t i = 0; i < lg.size(); ++i) REQUIRE(lg[i] == Approx(lc[i]).epsilon(2e-2));
 }

@@ -9,45 +9,35 @@
 using namespace zerorun;
 using testing::make_cfg;
 using testing::tiny_gpt;
-
-namespace {
-std::vector<double> run(const Model& m, const Config& c, int steps, std::map<std::string, Tensor>* w = nullptr) {
-  auto comm = make_self_comm();
-  Engine e(m, c, *comm, steps);
-  auto data = make_data_source("synthetic", m, e.seq_len(), 5);
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) losses.push_back(e.train_step(*data).loss);
-  if (w) *w = e.master_weights();
-  return losses;
-}
-}  // namespace
+using testing::train_losses;
 
 TEST_CASE("tiny GPT-2 and MLP losses fall", "[train]") {
   Model g = tiny_gpt();
-  auto lg = run(g, make_cfg(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 40);
+  auto lg = train_losses(
+      g, make_cfg(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 40);
   REQUIRE(lg.back() < 0.6 * lg.front());
   MlpSpec ms;
   ms.in = 32;
   ms.hidden = 64;
   ms.out = 32;
   Model mlp = build_mlp(ms, 3);
-  auto lm =
-      run(mlp, make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 3e-3}}})"), 60);
+  auto lm = train_losses(
+      mlp, make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "Adam", "params": {"lr": 3e-3}}})"), 60);
   REQUIRE(lm.back() < 0.5 * lm.front());
-  auto ls =
-      run(mlp,
-          make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": 0.9}}})"),
-          60);
+  auto ls = train_losses(
+      mlp,
+      make_cfg(R"({"train_batch_size": 16, "optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": 0.9}}})"),
+      60);
   REQUIRE(ls.back() < 0.7 * ls.front());
 }
 
 TEST_CASE("gradient accumulation equals a larger micro batch", "[train]") {
   Model g = tiny_gpt();
   std::map<std::string, Tensor> w1, w2;
-  auto a = run(g, make_cfg(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0.5})"),
-               6, &w1);
-  auto b = run(g, make_cfg(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5})"),
-               6, &w2);
+  auto a = train_losses(
+      g, make_cfg(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 8, "gradient_clipping": 0.5})"), 6, &w1);
+  auto b = train_losses(
+      g, make_cfg(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "gradient_clipping": 0.5})"), 6, &w2);
   for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == Approx(a[i]).epsilon(1e-5));
   for (auto& [k, t] : w1)
     for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w2[k].f32()[i] == Approx(t.f32()[i]).margin(1e-5));
@@ -56,9 +46,9 @@ TEST_CASE("gradient accumulation equals a larger micro batch", "[train]") {
 TEST_CASE("activation checkpointing is bitwise identical", "[train]") {
   Model g = tiny_gpt();
   std::map<std::string, Tensor> w1, w2;
-  auto a = run(g, make_cfg(R"({"train_batch_size": 4})"), 4, &w1);
-  auto b = run(g, make_cfg(R"({"train_batch_size": 4, "activation_checkpointing": {"partition_activations": false}})"),
-               4, &w2);
+  auto a = train_losses(g, make_cfg(R"({"train_batch_size": 4})"), 4, &w1);
+  auto b = train_losses(
+      g, make_cfg(R"({"train_batch_size": 4, "activation_checkpointing": {"partition_activations": false}})"), 4, &w2);
   REQUIRE(a == b);
   for (auto& [k, t] : w1) REQUIRE(std::memcmp(t.raw(), w2[k].raw(), t.nbytes()) == 0);
 }
@@ -103,12 +93,13 @@ TEST_CASE("fp16 overflow skips the step and halves the scale", "[train]") {
 
 TEST_CASE("bf16 mode trains with rounded compute weights", "[train]") {
   Model g = tiny_gpt();
-  auto l = run(
+  auto l = train_losses(
       g,
       make_cfg(
           R"({"train_batch_size": 8, "bf16": {"enabled": true}, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"),
       30);
-  auto f = run(g, make_cfg(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 30);
+  auto f = train_losses(
+      g, make_cfg(R"({"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}}})"), 30);
   REQUIRE(l.back() < 0.7 * l.front());
   REQUIRE(l[0] != f[0]);  // rounding is really applied
   REQUIRE(l[0] == Approx(f[0]).epsilon(1e-2));
