@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Everything a one-GPU device call should run, in order of importance, each
+# part under its own time limit so one slow part cannot starve the rest:
+# GPU tests (tests/run_gpu.sh), a per-op profile of GPT-2 124M, the GPT-2
+# benchmark against PyTorch, and GPT-2 1.5B with ZeRO-3 + CPU offload; with
+# 2+ GPUs also tests/run_multi_gpu.sh. Logs go to OUT_DIR.
+# Usage (device machine, after tests/make_device_bundle.sh, carry .devbuild):
+#   bash bench/device_all.sh "$OUT"        (about 8 minutes)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTD=${1:-${OUT:-/tmp}}
+export LD_LIBRARY_PATH="$PWD/.devbuild/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+ZR=.devbuild/bin/zerorun
+part() {  # name seconds cmd...
+  local name=$1 t=$2; shift 2
+  echo "=== $name"
+  timeout "$t" "$@" >"$OUTD/$name.log" 2>&1
+  local rc=$?
+  grep -v "^step " "$OUTD/$name.log" | tail -${TAIL:-24}
+  [[ $rc -eq 124 ]] && echo "($name cut at ${t}s)"
+  return 0
+}
+part gpu_tests 170 bash tests/run_gpu.sh "$OUTD"
+W=$(mktemp -d)
+"$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd 768 --n_layer 12 --n_head 12 -o "$W/p.bin" >/dev/null
+echo '{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}}' >"$W/p.json"
+ZERORUN_PROFILE=1 part profile_124m 60 "$ZR" --device cuda --config "$W/p.json" "$W/p.bin" --steps 6
+TAIL=8 part bench_gpt2 270 bash bench/bench_gpt2.sh "${SIZES:-124M 350M 1.5B}" 8
+TAIL=8 part offload_1p5b 120 bash bench/offload_1p5b.sh 4
+G=$(nvidia-smi -L 2>/dev/null | wc -l)
+[[ $G -ge 2 ]] && TAIL=40 part multi_gpu 560 bash tests/run_multi_gpu.sh "$OUTD"
+exit 0
