@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "zerorun/dtype.h"
 #include "zerorun/memory.h"
 
 namespace zerorun {
@@ -64,6 +65,8 @@ struct TrainConfig {
 
 enum class Precision { FP32, BF16, FP16 };
 const char* precision_name(Precision p);
+// The storage type a precision rounds compute weights to (F32 for fp32).
+DType precision_dtype(Precision p);
 
 struct Config {
   std::string source;  // file path for messages

@@ -221,7 +221,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
       read_safetensors_range(it->second, *ent, pc.src_first, pc.count, dst + pc.dst_offset);
     }
   };
-  const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
+  const DType dt = precision_dtype(cfg_.precision);
   // Weights: full for stages 0-2 (every rank computes with all of them), own shard for stage 3;
   // optimizer state: own shard (everything at stage 0).
   auto need_of = [&](int pi) {

@@ -22,6 +22,10 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+DType precision_dtype(Precision p) {
+  return p == Precision::BF16 ? DType::BF16 : p == Precision::FP16 ? DType::F16 : DType::F32;
+}
+
 namespace {
 using json = nlohmann::json;
 

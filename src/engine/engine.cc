@@ -40,9 +40,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   model_.graph.validate(model_.param_shapes(), syms);
   build_layout();
   const int r = comm_.rank();
-  be().set_matmul_dtype(cfg_.precision == Precision::BF16   ? DType::BF16
-                        : cfg_.precision == Precision::FP16 ? DType::F16
-                                                            : DType::F32);
+  be().set_matmul_dtype(precision_dtype(cfg_.precision));
 
   // Compute parameters (full for stages 0-2, this rank's shard for stage 3),
   // staged on the host and moved to the training device.
@@ -79,7 +77,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     }
   }
   if (mixed_) {
-    const DType dt = cfg_.precision == Precision::BF16 ? DType::BF16 : DType::F16;
+    const DType dt = precision_dtype(cfg_.precision);
     Tensor& c = stage_ < 3 ? compute_ : param_shard_;
     kernels::backend(c.device()).round_to(dt, c.f32(), c.f32(), c.numel());
   }
@@ -299,9 +297,7 @@ float* Engine::owned_master(int g) {
 
 void Engine::refresh_compute_params() {
   if (!mixed_ && !offload_) return;
-  const DType dt = cfg_.precision == Precision::BF16   ? DType::BF16
-                   : cfg_.precision == Precision::FP16 ? DType::F16
-                                                       : DType::F32;
+  const DType dt = precision_dtype(cfg_.precision);
   if (offload_) {  // host master -> (rounded) -> device or host compute pieces
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());

@@ -36,13 +36,7 @@ class Embedding : public Op {
       be(c).pos_embedding_fwd(w.f32(), y.f32(), ids.dim(0), ids.dim(1), C);
     } else {
       const int32_t* id = ids.i32();
-      if (device_of(c).is_cpu()) {
-        for (int64_t i = 0; i < N; ++i)
-          ZR_CHECK(id[i] >= 0 && id[i] < V, "token id ", id[i], " at position ", i, " is outside the vocabulary of ",
-                   V);
-      } else {
-        ZR_CHECK(be(c).ids_in_range(id, N, V), "a token id is outside the vocabulary of ", V);
-      }
+      check_ids(c, id, N, V, "token");
       be(c).embedding_fwd(id, w.f32(), y.f32(), N, C);
     }
     c.out = {y};

@@ -26,12 +26,7 @@ class CrossEntropy : public Op {
   void forward(NodeCtx& c) const override {
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
     const int32_t* t = c.in[1].i32();
-    if (device_of(c).is_cpu()) {
-      for (int64_t i = 0; i < N; ++i)
-        ZR_CHECK(t[i] >= 0 && t[i] < V, "target id ", t[i], " at position ", i, " is outside the vocabulary of ", V);
-    } else {
-      ZR_CHECK(be(c).ids_in_range(t, N, V), "a target id is outside the vocabulary of ", V);
-    }
+    check_ids(c, t, N, V, "target");
     Tensor lse = Tensor::empty({N}, DType::F32, MemCategory::Activations, device_of(c));
     c.out = {scalar(c, be(c).cross_entropy_fwd(c.in[0].f32(), t, lse.f32(), N, V))};
     c.saved->push_back(lse);

@@ -38,6 +38,16 @@ inline Device device_of(const NodeCtx& c) {
   return d;
 }
 inline kernels::Backend& be(const NodeCtx& c) { return kernels::backend(device_of(c)); }
+// Every id in [0, V): on the CPU naming the first bad id and its position, on a
+// GPU by one device-side check. `what` is "token" or "target".
+inline void check_ids(const NodeCtx& c, const int32_t* id, int64_t N, int64_t V, const char* what) {
+  if (device_of(c).is_cpu()) {
+    for (int64_t i = 0; i < N; ++i)
+      ZR_CHECK(id[i] >= 0 && id[i] < V, what, " id ", id[i], " at position ", i, " is outside the vocabulary of ", V);
+  } else {
+    ZR_CHECK(be(c).ids_in_range(id, N, V), "a ", what, " id is outside the vocabulary of ", V);
+  }
+}
 
 std::unique_ptr<Op> make_linear();
 std::unique_ptr<Op> make_matmul();
