@@ -271,6 +271,10 @@ __device__ inline void online_merge(float& m, float& s, float m2, float s2) {
   s = (m == -INFINITY ? 0.f : s * expf(m - mn)) + (m2 == -INFINITY ? 0.f : s2 * expf(m2 - mn));
   m = mn;
 }
+__device__ inline void warp_online_merge(float& m, float& s) {
+  for (int o = 16; o > 0; o >>= 1)
+    online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+}
 __global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row_loss, float* lse, int64_t V) {
   const float* l = logits + blockIdx.x * V;
   float m = -INFINITY, s = 0.f;
@@ -283,8 +287,7 @@ __global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row
   } else {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) online_add(m, s, l[v]);
   }
-  for (int o = 16; o > 0; o >>= 1)
-    online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+  warp_online_merge(m, s);
   __shared__ float sm[32], ss[32];
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   if (lane == 0) sm[w] = m, ss[w] = s;
@@ -292,8 +295,7 @@ __global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row
   if (w == 0) {
     m = lane < blockDim.x / 32 ? sm[lane] : -INFINITY;
     s = lane < blockDim.x / 32 ? ss[lane] : 0.f;
-    for (int o = 16; o > 0; o >>= 1)
-      online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
+    warp_online_merge(m, s);
     if (lane == 0) {
       const float z = logf(s) + m;
       lse[blockIdx.x] = z;
@@ -388,7 +390,7 @@ template <class F>
 void column_sums(F f, int64_t N, int64_t C, float* o0, float* o1) {
   if (N <= 0 || C <= 0) return;
   const int64_t rows_per = std::max<int64_t>(64, (N + 127) / 128), chunks = (N + rows_per - 1) / rows_per;
-  DevBuf<float> part(static_cast<size_t>(2 * chunks * C));
+  DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);  // every entry is written
   dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
   k_col_partial<<<grid, dim3(32, kColRows)>>>(f, N, C, rows_per, part.p);
   ZR_CUDA(cudaGetLastError());
@@ -459,8 +461,10 @@ class CudaBackend : public Backend {
         gemm16(true, false, out, in, N, 1.f, dyh.p, out, 0, xh.p, in, 0, 1.f, dw, in, 0, 1);
       }
     }
-    profile::Scope ps(".. bias grad");
-    if (db) column_sums(ColOf{dy}, N, out, db, nullptr);
+    if (db) {
+      profile::Scope ps(".. bias grad");
+      column_sums(ColOf{dy}, N, out, db, nullptr);
+    }
   }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
     LAUNCH(k_add, n, a, b, y, n, nb);

@@ -394,20 +394,21 @@ StepStats Engine::train_step(DataSource& data) {
     LrMom lm = sched_->at(updates_ - 1);
     double beta1 =
         lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
-    if (stage_ == 0) {
+    {
       profile::Scope ps("optimizer");
-      opt_->step(mixed_ ? master_.f32() : compute_.f32(), g, lm.lr, beta1);
-    } else {
-      profile::Scope ps("optimizer");
-      opt_->begin_step();
-      for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
-        zero::Range own = plan_.owned(static_cast<int>(gi), r);
-        const float* gr = stage_ < 2 ? g + own.begin : g + shard_off_[gi];
-        if (offload_) {  // gradient shard to host, CPU optimizer on the host master
-          copy_f32(host_grad_.f32() + shard_off_[gi], gr, own.size());
-          gr = host_grad_.f32() + shard_off_[gi];
+      if (stage_ == 0) {
+        opt_->step(mixed_ ? master_.f32() : compute_.f32(), g, lm.lr, beta1);
+      } else {
+        opt_->begin_step();
+        for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
+          zero::Range own = plan_.owned(static_cast<int>(gi), r);
+          const float* gr = stage_ < 2 ? g + own.begin : g + shard_off_[gi];
+          if (offload_) {  // gradient shard to host, CPU optimizer on the host master
+            copy_f32(host_grad_.f32() + shard_off_[gi], gr, own.size());
+            gr = host_grad_.f32() + shard_off_[gi];
+          }
+          opt_->update(owned_master(static_cast<int>(gi)), gr, shard_off_[gi], own.size(), lm.lr, beta1);
         }
-        opt_->update(owned_master(static_cast<int>(gi)), gr, shard_off_[gi], own.size(), lm.lr, beta1);
       }
     }
     st.lr = lm.lr;
