@@ -7,8 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${1:-124M 350M 1.5B}
 STEPS=${2:-10}
-export LD_LIBRARY_PATH="$PWD/.devbuild/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-ldconfig -p | grep -q "libmpi.so.40 " || export LD_LIBRARY_PATH="$PWD/.devbuild/lib-mpi:$LD_LIBRARY_PATH"
+source tests/device_env.sh
 ZR=${ZR:-.devbuild/bin/zerorun}
 W=$(mktemp -d)
 declare -A L=([124M]=12 [350M]=24 [1.5B]=48) C=([124M]=768 [350M]=1024 [1.5B]=1600) H=([124M]=12 [350M]=16 [1.5B]=25)

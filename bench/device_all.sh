@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTD=${1:-${OUT:-/tmp}}
-export LD_LIBRARY_PATH="$PWD/.devbuild/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source tests/device_env.sh
 ZR=.devbuild/bin/zerorun
 part() {  # name seconds cmd...
   local name=$1 t=$2; shift 2

@@ -7,7 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-4}
 PARAM=${2:-none}
-export LD_LIBRARY_PATH="$PWD/.devbuild/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
+source tests/device_env.sh
 ZR=${ZR:-.devbuild/bin/zerorun}
 W=$(mktemp -d)
 "$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd 1600 --n_layer 48 --n_head 25 -o "$W/m.bin" >/dev/null

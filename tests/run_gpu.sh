@@ -6,12 +6,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTD=${1:-${OUT:-/tmp}}
-export LD_LIBRARY_PATH="$PWD/.devbuild/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}"
-ldconfig -p | grep -q "libmpi.so.40 " || export LD_LIBRARY_PATH="$PWD/.devbuild/lib-mpi:$LD_LIBRARY_PATH"
-export NCCL_NVLS_ENABLE=0
-# NCCL ships with PyTorch there (nvidia/nccl/lib); zerorun dlopens libnccl.so.2.
-NCCL_DIR=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib'))" 2>/dev/null)
-[[ -n "$NCCL_DIR" ]] && export LD_LIBRARY_PATH="$NCCL_DIR:$LD_LIBRARY_PATH"
+source tests/device_env.sh
 BIN=.devbuild/bin
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$BIN/zerorun" report
