@@ -7,7 +7,8 @@
 namespace zerorun::profile {
 
 bool enabled();  // ZERORUN_PROFILE set to a non-zero value
-// Adds seconds to a named phase.
+// Adds seconds to a named phase (a name starting ".." marks a part of an
+// enclosing phase, left out of the report's total).
 void add(const std::string& phase, double seconds);
 // Table of phases by total time (empty when nothing was recorded).
 std::string report();

@@ -48,9 +48,12 @@ std::string report() {
   std::vector<std::pair<std::string, Entry>> rows(table().begin(), table().end());
   if (rows.empty()) return {};
   std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second.seconds > b.second.seconds; });
+  // Phases named ".. x" run inside another phase: shown, but not added to the total again.
   double total = 0;
-  for (auto& r : rows) total += r.second.seconds;
-  std::string out = "profile (device synchronised per op):\n";
+  for (auto& r : rows)
+    if (r.first.rfind("..", 0) != 0) total += r.second.seconds;
+  std::string out =
+      "profile (device synchronised per op; \"..\" rows are parts of an op row, not added to the total):\n";
   char line[200];
   for (auto& [k, e] : rows) {
     std::snprintf(line, sizeof line, "  %-28s %10.2f ms %6.1f%% %8lld calls %9.3f ms/call\n", k.c_str(),
