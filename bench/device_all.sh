@@ -24,7 +24,8 @@ part gpu_tests 170 bash tests/run_gpu.sh "$OUTD"
 W=$(mktemp -d)
 "$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd 768 --n_layer 12 --n_head 12 -o "$W/p.bin" >/dev/null
 echo '{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}}' >"$W/p.json"
-ZERORUN_PROFILE=1 part profile_124m 60 "$ZR" --device cuda --config "$W/p.json" "$W/p.bin" --steps 6
+TAIL=2 part torch_sdpa 40 python3 bench/torch_sdpa.py
+ZERORUN_PROFILE=1 TAIL=40 part profile_124m 60 "$ZR" --device cuda --config "$W/p.json" "$W/p.bin" --steps 6
 TAIL=8 part bench_gpt2 270 bash bench/bench_gpt2.sh "${SIZES:-124M 350M 1.5B}" 8
 TAIL=8 part offload_1p5b 120 bash bench/offload_1p5b.sh 4
 G=$(nvidia-smi -L 2>/dev/null | wc -l)

@@ -550,17 +550,19 @@ class CudaBackend : public Backend {
   bool has_flash_attention(int64_t head_size) const override { return flash::supported(head_size); }
   void flash_attention_fwd(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C,
                            int64_t H) override {
-    if (tensor_core_attention(C / H))
-      flash::tc_forward(mm_ == DType::BF16, qkv, out, lse, B, T, C, H);
-    else
+    if (tensor_core_attention(C / H)) {
+      DevBuf<uint16_t> scratch(static_cast<size_t>(flash::tc_scratch_elems(B, T, H)), false);
+      flash::tc_forward(mm_ == DType::BF16, qkv, out, lse, scratch.p, B, T, C, H);
+    } else
       flash::forward(qkv, out, lse, B, T, C, H);
   }
   void flash_attention_bwd(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
                            int64_t B, int64_t T, int64_t C, int64_t H) override {
     DevBuf<float> delta(static_cast<size_t>(B * H * T), false);
-    if (tensor_core_attention(C / H))
-      flash::tc_backward(mm_ == DType::BF16, qkv, out, lse, dout, dqkv, delta.p, B, T, C, H);
-    else
+    if (tensor_core_attention(C / H)) {
+      DevBuf<uint16_t> scratch(static_cast<size_t>(flash::tc_scratch_elems(B, T, H)), false);
+      flash::tc_backward(mm_ == DType::BF16, qkv, out, lse, dout, dqkv, delta.p, scratch.p, B, T, C, H);
+    } else
       flash::backward(qkv, out, lse, dout, dqkv, delta.p, B, T, C, H);
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {

@@ -13,9 +13,12 @@ void backward(const float* qkv, const float* out, const float* lse, const float*
 void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H);
 
 // Tensor-core variant for 16-bit runs (flash_attention_tc.cu): bf16 (or fp16)
-// operands, fp32 accumulation; head size 64 only. Same tensors as above.
+// operands, fp32 accumulation; head size 64 only. Same tensors as above, plus
+// `scratch` of tc_scratch_elems() 16-bit elements for the packed operands.
 bool tc_supported(int64_t head_size);
-void tc_forward(bool bf16, const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C, int64_t H);
+int64_t tc_scratch_elems(int64_t B, int64_t T, int64_t H);
+void tc_forward(bool bf16, const float* qkv, float* out, float* lse, uint16_t* scratch, int64_t B, int64_t T,
+                int64_t C, int64_t H);
 void tc_backward(bool bf16, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                 float* delta, int64_t B, int64_t T, int64_t C, int64_t H);
+                 float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C, int64_t H);
 }  // namespace zerorun::kernels::flash

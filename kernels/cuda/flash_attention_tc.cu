@@ -1,303 +1,405 @@
 // Tensor-core causal flash attention for 16-bit runs (bf16 or fp16 operands,
-// fp32 accumulation and softmax), head size 64, through WMMA 16x16x16 tiles.
-// Same contract as the fp32 kernels in flash_attention.cu (f32 qkv / out /
-// lse, gradients accumulated into dqkv), so either serves the attention op:
-// a block is 4 warps x 16 rows; scores go through shared memory for the
-// masked online softmax; the backward is one pass per key block (dK, dV kept
-// in accumulator fragments) and one per query block (dQ), no atomics.
+// fp32 accumulation and softmax), head size 64, FlashAttention-2 style: raw
+// mma.sync m16n8k16 with the scores, probabilities and outputs held in
+// registers (the score accumulator fragment is re-packed in place as the next
+// product's A operand), tiles fed by ldmatrix from padded shared memory and
+// double-buffered with cp.async. Same contract as the fp32 kernels in
+// flash_attention.cu (f32 qkv / out / lse, gradients accumulated into dqkv).
+//
+// Each call first packs its f32 operands into 16-bit [B, H, Tp, 64] copies
+// (Tp = T rounded up to the tile, padding rows zero; Q pre-scaled by
+// log2(e)/sqrt(64) so the softmax runs on exp2). The backward is one kernel
+// per key block (dK, dV in registers) and one per query block (dQ): seven
+// products instead of FlashAttention-2's five with atomics, in exchange for
+// deterministic, atomic-free gradients.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
-#include <cfloat>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 
 #include "cuda_check.h"
 #include "flash_attention.h"
 
 namespace zerorun::kernels::flash {
 namespace {
-using namespace nvcuda;
 
 constexpr int HS = 64;           // head size
 constexpr int kWarps = 4;        // warps per block, 16 rows each
-constexpr int BR = 16 * kWarps;  // rows (queries or keys) a block owns
-constexpr int BT = 32;           // rows of the streamed tile
-constexpr int LE = HS + 8;       // leading dims (elements) of the 16-bit tiles
-constexpr int LS = BT + 4;       // of the f32 score tiles
-constexpr int LP = BT + 8;       // of the 16-bit probability tiles
-constexpr int LO = HS + 4;       // of the f32 output staging tiles
+constexpr int BR = 16 * kWarps;  // rows (queries or keys) a block owns = rows of a streamed tile
+constexpr int LD = HS + 8;       // shared-memory row stride (elements): 144 B, ldmatrix conflict-free
+constexpr int kTile = BR * LD;   // elements of one tile in shared memory
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
-__device__ inline void store_e(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-__device__ inline void store_e(__half* p, float v) { *p = __float2half_rn(v); }
+int64_t padded(int64_t T) { return (T + BR - 1) / BR * BR; }
 
-template <typename E>
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
-template <typename E>
-using FragBc = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major>;
-template <typename E>
-using FragBr = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major>;
-using Acc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
+// ---- PTX wrappers ----------------------------------------------------------------
+template <bool BF>
+__device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (BF)
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  else
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
-// dst[r][i] (leading dim LE) = mul * src[(r0 + r) * ld + i] for rows < T, else 0; `rows` rows, HS columns.
-template <typename E>
-__device__ void load_rows(E* dst, const float* src, int64_t ld, int r0, int rows, int T, float mul) {
-  for (int idx = threadIdx.x; idx < rows * HS; idx += blockDim.x) {
-    int r = idx / HS, i = idx % HS, t = r0 + r;
-    store_e(dst + r * LE + i, t < T ? src[(size_t)t * ld + i] * mul : 0.f);
+__device__ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
+
+// Four 8x8 16-bit matrices; lane l supplies the address of row l % 8 of matrix l / 8.
+__device__ inline void ldsm4(uint32_t (&r)[4], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ inline void ldsm4_t(uint32_t (&r)[4], const uint16_t* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ inline void cp16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ inline void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ inline void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+template <bool BF>
+__device__ inline uint32_t pack2(float lo, float hi) {
+  if constexpr (BF) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
   }
 }
 
-// 16 x BT scores of this warp: acc = A (16 x HS, 4 fragments) times B^T where B is BT x HS row-major (ld LE).
-template <typename E>
-__device__ void scores(const FragA<E> (&a)[HS / 16], const E* b, float* out) {
+// ---- tiles and warp-level products ------------------------------------------------
+// One BR x HS tile, rows contiguous in global memory (HS elements each), into shared memory (stride LD).
+__device__ inline void load_tile(uint16_t* s, const uint16_t* g) {
+  for (int i = threadIdx.x; i < BR * (HS / 8); i += blockDim.x) {
+    const int r = i / (HS / 8), c = (i % (HS / 8)) * 8;
+    cp16(s + r * LD + c, g + r * HS + c);
+  }
+}
+
+using Acc = float[8][4];  // a warp's 16 x 64 fp32 tile: 8 n-tiles of m16n8 accumulator fragments
+
+__device__ inline void zero(Acc& a) {
 #pragma unroll
-  for (int n = 0; n < BT / 16; ++n) {
-    Acc c;
-    wmma::fill_fragment(c, 0.f);
+  for (int n = 0; n < 8; ++n)
 #pragma unroll
-    for (int k = 0; k < HS / 16; ++k) {
-      FragBc<E> f;
-      wmma::load_matrix_sync(f, b + n * 16 * LE + k * 16, LE);
-      wmma::mma_sync(c, a[k], f, c);
+    for (int e = 0; e < 4; ++e) a[n][e] = 0.f;
+}
+
+// acc = A B^T: A = the warp's 16 rows (shared, stride LD), B = 64 rows (shared, stride LD), both 16 x / 64 x HS.
+template <bool BF>
+__device__ inline void mm_abt(Acc& acc, const uint16_t* A, const uint16_t* B, int lane) {
+  zero(acc);
+#pragma unroll
+  for (int kc = 0; kc < HS / 16; ++kc) {
+    uint32_t a[4];
+    ldsm4(a, A + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+      uint32_t b[4];
+      ldsm4(b, B + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kc * 16 + ((lane >> 3) & 1) * 8);
+      mma<BF>(acc[2 * np], a, b[0], b[1]);
+      mma<BF>(acc[2 * np + 1], a, b[2], b[3]);
     }
-    wmma::store_matrix_sync(out + n * 16, c, LS, wmma::mem_row_major);
   }
 }
 
-// acc[n] += P (16 x BT, ld LP) times M (BT x HS row-major, ld LE).
-template <typename E>
-__device__ void times_tile(Acc (&acc)[HS / 16], const E* p, const E* m) {
+// acc += P M: P = 16 x 64 in accumulator layout (rounded to 16 bits here), M = 64 x HS (shared, stride LD).
+template <bool BF>
+__device__ inline void mm_pm(Acc& acc, const Acc& p, const uint16_t* M, int lane) {
 #pragma unroll
-  for (int k = 0; k < BT / 16; ++k) {
-    FragA<E> a;
-    wmma::load_matrix_sync(a, p + k * 16, LP);
+  for (int kc = 0; kc < BR / 16; ++kc) {
+    const uint32_t a[4] = {pack2<BF>(p[2 * kc][0], p[2 * kc][1]), pack2<BF>(p[2 * kc][2], p[2 * kc][3]),
+                           pack2<BF>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
+                           pack2<BF>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
 #pragma unroll
-    for (int n = 0; n < HS / 16; ++n) {
-      FragBr<E> f;
-      wmma::load_matrix_sync(f, m + k * 16 * LE + n * 16, LE);
-      wmma::mma_sync(acc[n], a, f, acc[n]);
+    for (int np = 0; np < HS / 16; ++np) {
+      uint32_t b[4];
+      ldsm4_t(b, M + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + np * 16 + (lane >> 4) * 8);
+      mma<BF>(acc[2 * np], a, b[0], b[1]);
+      mma<BF>(acc[2 * np + 1], a, b[2], b[3]);
     }
   }
 }
 
-template <typename E>
-__device__ void load_frags_a(FragA<E> (&f)[HS / 16], const E* rows16) {
+// dst rows (this lane's two rows of the warp's 16, `row0` = the first one's global index; rows >= T skipped)
+// += mul * acc; dst points at column 0 of the head in row 0, rows `ld` apart.
+__device__ inline void add_rows(const Acc& acc, float* dst, int64_t ld, int row0, int T, int lane, float mul) {
+  const int g = lane / 4, t = lane % 4;
 #pragma unroll
-  for (int k = 0; k < HS / 16; ++k) wmma::load_matrix_sync(f[k], rows16 + k * 16, LE);
+  for (int half = 0; half < 2; ++half) {
+    const int r = row0 + g + 8 * half;
+    if (r >= T) continue;
+    float* d = dst + (size_t)r * ld + 2 * t;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      float2 v = *reinterpret_cast<float2*>(d + 8 * n);
+      v.x += mul * acc[n][2 * half];
+      v.y += mul * acc[n][2 * half + 1];
+      *reinterpret_cast<float2*>(d + 8 * n) = v;
+    }
+  }
 }
 
-// dst[row][0..HS) += mul * (the warp's 16 x HS accumulator), staged through O
-// (16 x LO floats); each lane adds half a row. dst null: nothing to add.
-__device__ void add_rows(Acc (&acc)[HS / 16], float* O, float* dst, int row, int half, float mul) {
-  __syncwarp();
-#pragma unroll
-  for (int n = 0; n < HS / 16; ++n) wmma::store_matrix_sync(O + n * 16, acc[n], LO, wmma::mem_row_major);
-  __syncwarp();
-  if (dst)
-    for (int j = 0; j < HS / 2; ++j) dst[half * (HS / 2) + j] += mul * O[row * LO + half * (HS / 2) + j];
+// ---- packing ------------------------------------------------------------------------
+// dst[b, h, t, i] = mul * src[(b * T + t) * ld + h * HS + i] for t < T, 0 for T <= t < Tp; 8 elements per thread.
+template <bool BF>
+__global__ void k_pack(const float* src, int64_t ld, uint16_t* dst, int B, int T, int Tp, int H, float mul) {
+  const int64_t n = (int64_t)B * H * Tp * (HS / 8);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    const int c = (int)(i % (HS / 8)) * 8;
+    const int64_t row = i / (HS / 8);  // (b * H + h) * Tp + t
+    const int t = (int)(row % Tp), bh = (int)(row / Tp), h = bh % H, b = bh / H;
+    uint4 out = {0, 0, 0, 0};
+    if (t < T) {
+      const float4* s = reinterpret_cast<const float4*>(src + ((size_t)b * T + t) * ld + h * HS + c);
+      const float4 x = s[0], y = s[1];
+      out = {pack2<BF>(mul * x.x, mul * x.y), pack2<BF>(mul * x.z, mul * x.w), pack2<BF>(mul * y.x, mul * y.y),
+             pack2<BF>(mul * y.z, mul * y.w)};
+    }
+    *reinterpret_cast<uint4*>(dst + row * HS + c) = out;
+  }
 }
 
-// ---- forward ------------------------------------------------------------------
-constexpr size_t kFwdSmem =
-    sizeof(float) * (kWarps * 16 * LS + kWarps * 16 * LO) + 2 * (size_t)(BR * LE + 2 * BT * LE + kWarps * 16 * LP);
+template <bool BF>
+void pack(const float* src, int64_t ld, uint16_t* dst, int B, int T, int H, float mul) {
+  const int Tp = (int)padded(T);
+  const int64_t n = (int64_t)B * H * Tp * (HS / 8);
+  if (n == 0) return;
+  k_pack<BF><<<(unsigned)std::min<int64_t>((n + 255) / 256, 1 << 16), 256>>>(src, ld, dst, B, T, Tp, H, mul);
+  ZR_CUDA(cudaGetLastError());
+}
 
-template <typename E>
-__global__ void __launch_bounds__(32 * kWarps)
-    k_fwd(const float* qkv, float* out, float* lse, int T, int C, int H, float scale) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  float* Ss = reinterpret_cast<float*>(smem);           // [kWarps][16][LS]
-  float* Os = Ss + kWarps * 16 * LS;                    // [kWarps][16][LO]
-  E* Qs = reinterpret_cast<E*>(Os + kWarps * 16 * LO);  // [BR][LE]
-  E* Ks = Qs + BR * LE;                                 // [BT][LE]
-  E* Vs = Ks + BT * LE;
-  E* Ps = Vs + BT * LE;  // [kWarps][16][LP]
-  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BR, C3 = 3 * C;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
-  const float* base = qkv + (size_t)b * T * C3;
-  float* S = Ss + warp * 16 * LS;
-  float* O = Os + warp * 16 * LO;
-  E* P = Ps + warp * 16 * LP;
-  const int tq = q0 + warp * 16 + row;  // this lane's query row
-  load_rows<E>(Qs, base + h * HS, C3, q0, BR, T, scale);
-  for (int j = 0; j < HS / 2; ++j) O[row * LO + half * (HS / 2) + j] = 0.f;
-  __syncthreads();
-  FragA<E> qf[HS / 16];
-  load_frags_a<E>(qf, Qs + warp * 16 * LE);
-  float m = -FLT_MAX, l = 0.f;
-  const int last = min(T - 1, q0 + BR - 1);
-  for (int s0 = 0; s0 <= last; s0 += BT) {
+// ---- forward ------------------------------------------------------------------------
+constexpr size_t kFwdSmem = 2 * (size_t)(5 * kTile);  // Q + double-buffered K, V
+
+template <bool BF>
+__global__ void __launch_bounds__(32 * kWarps) k_fwd(const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                                     float* out, float* lse, int T, int Tp, int C, int H) {
+  extern __shared__ __align__(128) uint16_t sm[];
+  uint16_t* Qs = sm;
+  uint16_t* Ks = Qs + kTile;  // [2][BR][LD]
+  uint16_t* Vs = Ks + 2 * kTile;
+  const int nt = Tp / BR, qt = nt - 1 - blockIdx.x;  // the longest rows first
+  const int b = blockIdx.z, h = blockIdx.y, q0 = qt * BR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const size_t head = ((size_t)b * H + h) * Tp * HS;
+  load_tile(Qs, q + head + (size_t)q0 * HS);
+  load_tile(Ks, k + head);
+  load_tile(Vs, v + head);
+  cp_commit();
+  Acc o, s;
+  zero(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+  for (int j = 0; j <= qt; ++j) {
+    const int buf = j & 1;
+    if (j < qt) {
+      load_tile(Ks + (buf ^ 1) * kTile, k + head + (size_t)(j + 1) * BR * HS);
+      load_tile(Vs + (buf ^ 1) * kTile, v + head + (size_t)(j + 1) * BR * HS);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
     __syncthreads();
-    load_rows<E>(Ks, base + C + h * HS, C3, s0, BT, T, 1.f);
-    load_rows<E>(Vs, base + 2 * C + h * HS, C3, s0, BT, T, 1.f);
-    __syncthreads();
-    if (s0 > q0 + warp * 16 + 15) continue;  // every key of the tile is after every query of the warp
-    scores<E>(qf, Ks, S);
-    __syncwarp();
-    float sv[BT / 2], mx = -FLT_MAX;
+    mm_abt<BF>(s, Qs + warp * 16 * LD, Ks + buf * kTile, lane);  // log2-scaled scores
+    if (j == qt) {                                               // diagonal tile: key > query is masked
 #pragma unroll
-    for (int j = 0; j < BT / 2; ++j) {
-      const int c = half * (BT / 2) + j;
-      sv[j] = S[row * LS + c];
-      if (s0 + c <= tq) mx = fmaxf(mx, sv[j]);
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (8 * n + 2 * t4 + (e & 1) > warp * 16 + g + 8 * (e >> 1)) s[n][e] = -INFINITY;
     }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float mn = fmaxf(m, mx), corr = __expf(m - mn);
-    float ps = 0.f;
 #pragma unroll
-    for (int j = 0; j < BT / 2; ++j) {
-      const int c = half * (BT / 2) + j;
-      const float p = s0 + c <= tq ? __expf(sv[j] - mn) : 0.f;
-      ps += p;
-      store_e(P + row * LP + c, p);
+    for (int r = 0; r < 2; ++r) {
+      float mx = m[r];
+#pragma unroll
+      for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float corr = exp2f(m[r] - mx);  // m = -inf on the first tile: 0
+      m[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        s[n][2 * r] = exp2f(s[n][2 * r] - mx);
+        s[n][2 * r + 1] = exp2f(s[n][2 * r + 1] - mx);
+        sum += s[n][2 * r] + s[n][2 * r + 1];
+        o[n][2 * r] *= corr;
+        o[n][2 * r + 1] *= corr;
+      }
+      l[r] = l[r] * corr + sum;  // this lane's part of the row sum
     }
-    ps += __shfl_xor_sync(0xffffffffu, ps, 1);
-    l = l * corr + ps;
-    m = mn;
-    for (int j = 0; j < HS / 2; ++j) O[row * LO + half * (HS / 2) + j] *= corr;
-    __syncwarp();
-    Acc o[HS / 16];
-#pragma unroll
-    for (int n = 0; n < HS / 16; ++n) wmma::load_matrix_sync(o[n], O + n * 16, LO, wmma::mem_row_major);
-    times_tile<E>(o, P, Vs);
-#pragma unroll
-    for (int n = 0; n < HS / 16; ++n) wmma::store_matrix_sync(O + n * 16, o[n], LO, wmma::mem_row_major);
-    __syncwarp();
+    mm_pm<BF>(o, s, Vs + buf * kTile, lane);
+    __syncthreads();  // the buffer is refilled in the next iteration
   }
-  if (tq >= T) return;
-  const float inv = 1.f / l;
-  float* orow = out + ((size_t)b * T + tq) * C + h * HS;
-  for (int j = 0; j < HS / 2; ++j) orow[half * (HS / 2) + j] = O[row * LO + half * (HS / 2) + j] * inv;
-  if (half == 0) lse[((size_t)b * H + h) * T + tq] = m + logf(l);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    const int tq = q0 + warp * 16 + g + 8 * r;
+    if (tq >= T) continue;
+    const float inv = 1.f / l[r];
+    float* orow = out + ((size_t)b * T + tq) * C + h * HS + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      *reinterpret_cast<float2*>(orow + 8 * n) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    if (t4 == 0) lse[((size_t)b * H + h) * T + tq] = (m[r] + log2f(l[r])) * kLn2;
+  }
 }
 
-// ---- backward: dK, dV per key block ------------------------------------------------
-constexpr size_t kKvSmem = sizeof(float) * (2 * kWarps * 16 * LS + kWarps * 16 * LO + 2 * BT) +
-                           2 * (size_t)(2 * BR * LE + 2 * BT * LE + 2 * kWarps * 16 * LP);
+// ---- backward: dK, dV per key block --------------------------------------------------
+// Shared: K, V of the block; double-buffered Q, dO tiles and their rows' log2 lse / delta.
+constexpr size_t kKvSmem = 2 * (size_t)(6 * kTile) + sizeof(float) * 4 * BR;
 
-template <typename E>
+// Row terms of query tile `t0` into shared memory: L = lse * log2(e) (+inf past T: p = 0), D = delta (0 past T).
+__device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, const float* delta, int t0, int T) {
+  for (int i = threadIdx.x; i < BR; i += blockDim.x) {
+    const int t = t0 + i;
+    Ls[i] = t < T ? lse[t] * kLog2e : INFINITY;
+    Ds[i] = t < T ? delta[t] : 0.f;
+  }
+}
+
+template <bool BF>
 __global__ void __launch_bounds__(32 * kWarps)
-    k_bwd_kv(const float* qkv, const float* dout, const float* lse, const float* delta, float* dqkv, int T, int C,
-             int H, float scale) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  float* St = reinterpret_cast<float*>(smem);  // [kWarps][16][LS]: S^T (keys x queries)
-  float* dPt = St + kWarps * 16 * LS;
-  float* Ost = dPt + kWarps * 16 * LS;  // [kWarps][16][LO]: output staging
-  float* Lq = Ost + kWarps * 16 * LO;   // [BT]
-  float* Dq = Lq + BT;
-  E* Kw = reinterpret_cast<E*>(Dq + BT);  // [BR][LE]
-  E* Vw = Kw + BR * LE;
-  E* Qt = Vw + BR * LE;  // [BT][LE], scaled
-  E* dOt = Qt + BT * LE;
-  E* Pt = dOt + BT * LE;  // [kWarps][16][LP]
-  E* dSt = Pt + kWarps * 16 * LP;
-  const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * BR, C3 = 3 * C;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
-  const float* base = qkv + (size_t)b * T * C3;
-  const float* dob = dout + (size_t)b * T * C + h * HS;
+    k_bwd_kv(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,
+             const float* delta, float* dqkv, int T, int Tp, int C, int H) {
+  extern __shared__ __align__(128) uint16_t sm[];
+  uint16_t* Ks = sm;
+  uint16_t* Vs = Ks + kTile;
+  uint16_t* Qs = Vs + kTile;                              // [2][BR][LD]
+  uint16_t* dOs = Qs + 2 * kTile;                         // [2][BR][LD]
+  float* Ls = reinterpret_cast<float*>(dOs + 2 * kTile);  // [2][BR]
+  float* Ds = Ls + 2 * BR;                                // [2][BR]
+  const int nt = Tp / BR, kt = blockIdx.x;                // block 0 has the most query tiles
+  const int b = blockIdx.z, h = blockIdx.y, k0 = kt * BR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const size_t head = ((size_t)b * H + h) * Tp * HS;
   const float* L = lse + ((size_t)b * H + h) * T;
   const float* Dl = delta + ((size_t)b * H + h) * T;
-  load_rows<E>(Kw, base + C + h * HS, C3, k0, BR, T, 1.f);
-  load_rows<E>(Vw, base + 2 * C + h * HS, C3, k0, BR, T, 1.f);
-  __syncthreads();
-  FragA<E> kf[HS / 16], vf[HS / 16];
-  load_frags_a<E>(kf, Kw + warp * 16 * LE);
-  load_frags_a<E>(vf, Vw + warp * 16 * LE);
-  Acc dk[HS / 16], dv[HS / 16];
-#pragma unroll
-  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dk[n], 0.f), wmma::fill_fragment(dv[n], 0.f);
-  float* S = St + warp * 16 * LS;
-  float* dP = dPt + warp * 16 * LS;
-  E* P = Pt + warp * 16 * LP;
-  E* dS = dSt + warp * 16 * LP;
-  const int sk = k0 + warp * 16 + row;  // this lane's key row
-  for (int t0 = k0; t0 < T; t0 += BT) {
-    __syncthreads();
-    load_rows<E>(Qt, base + h * HS, C3, t0, BT, T, scale);
-    load_rows<E>(dOt, dob, C, t0, BT, T, 1.f);
-    if (threadIdx.x < BT) {
-      const int t = t0 + threadIdx.x;
-      Lq[threadIdx.x] = t < T ? L[t] : 0.f;
-      Dq[threadIdx.x] = t < T ? Dl[t] : 0.f;
+  load_tile(Ks, k + head + (size_t)k0 * HS);
+  load_tile(Vs, v + head + (size_t)k0 * HS);
+  load_tile(Qs, q + head + (size_t)k0 * HS);
+  load_tile(dOs, dout + head + (size_t)k0 * HS);
+  cp_commit();
+  load_row_terms(Ls, Ds, L, Dl, k0, T);
+  Acc dk, dv, s, dp;
+  zero(dk);
+  zero(dv);
+  for (int j = kt; j < nt; ++j) {
+    const int buf = (j - kt) & 1;
+    if (j + 1 < nt) {
+      load_tile(Qs + (buf ^ 1) * kTile, q + head + (size_t)(j + 1) * BR * HS);
+      load_tile(dOs + (buf ^ 1) * kTile, dout + head + (size_t)(j + 1) * BR * HS);
+      cp_commit();
+      load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
     }
     __syncthreads();
-    if (t0 + BT - 1 < k0 + warp * 16) continue;  // every query of the tile is before every key of the warp
-    scores<E>(kf, Qt, S);                        // S^T = K (scale Q)^T
-    scores<E>(vf, dOt, dP);                      // dP^T = V dO^T
-    __syncwarp();
+    const uint16_t* Qb = Qs + buf * kTile;
+    const uint16_t* dOb = dOs + buf * kTile;
+    const float* Lb = Ls + buf * BR;
+    const float* Db = Ds + buf * BR;
+    mm_abt<BF>(s, Ks + warp * 16 * LD, Qb, lane);  // S^T (keys x queries), log2-scaled
 #pragma unroll
-    for (int j = 0; j < BT / 2; ++j) {
-      const int c = half * (BT / 2) + j, t = t0 + c;
-      const bool ok = t >= sk && t < T;
-      const float p = ok ? __expf(S[row * LS + c] - Lq[c]) : 0.f;
-      store_e(P + row * LP + c, p);
-      store_e(dS + row * LP + c, p * (dP[row * LS + c] - Dq[c]));
-    }
-    __syncwarp();
-    times_tile<E>(dv, P, dOt);  // dV += P^T dO
-    times_tile<E>(dk, dS, Qt);  // dK += dS^T (scale Q)
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = 8 * n + 2 * t4 + (e & 1);  // query within the tile
+        const bool masked = j == kt && c < warp * 16 + g + 8 * (e >> 1);
+        s[n][e] = masked ? 0.f : exp2f(s[n][e] - Lb[c]);  // P^T
+      }
+    mm_pm<BF>(dv, s, dOb, lane);                     // dV += P^T dO
+    mm_abt<BF>(dp, Vs + warp * 16 * LD, dOb, lane);  // dP^T = V dO^T
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - Db[8 * n + 2 * t4 + (e & 1)]);  // dS^T
+    mm_pm<BF>(dk, dp, Qb, lane);  // dK += dS^T (Q log2(e) / sqrt(hs))
+    __syncthreads();
   }
-  float* O = Ost + warp * 16 * LO;
-  float* drow = sk < T ? dqkv + ((size_t)b * T + sk) * C3 + h * HS : nullptr;
-  add_rows(dk, O, drow ? drow + C : nullptr, row, half, 1.f);
-  add_rows(dv, O, drow ? drow + 2 * C : nullptr, row, half, 1.f);
+  float* base = dqkv + (size_t)b * T * 3 * C + h * HS;
+  add_rows(dk, base + C, 3 * C, k0 + warp * 16, T, lane, kLn2);  // undo the log2(e) folded into Q
+  add_rows(dv, base + 2 * C, 3 * C, k0 + warp * 16, T, lane, 1.f);
 }
 
-// ---- backward: dQ per query block ------------------------------------------------
-constexpr size_t kQSmem = sizeof(float) * (2 * kWarps * 16 * LS + kWarps * 16 * LO) +
-                          2 * (size_t)(2 * BR * LE + 2 * BT * LE + kWarps * 16 * LP);
+// ---- backward: dQ per query block ------------------------------------------------------
+constexpr size_t kQSmem = 2 * (size_t)(6 * kTile);  // Q, dO; double-buffered K, V
 
-template <typename E>
+template <bool BF>
 __global__ void __launch_bounds__(32 * kWarps)
-    k_bwd_q(const float* qkv, const float* dout, const float* lse, const float* delta, float* dqkv, int T, int C, int H,
-            float scale) {
-  extern __shared__ __align__(128) unsigned char smem[];
-  float* Ss = reinterpret_cast<float*>(smem);  // [kWarps][16][LS]
-  float* dPs = Ss + kWarps * 16 * LS;
-  float* Os = dPs + kWarps * 16 * LS;                   // [kWarps][16][LO]
-  E* Qw = reinterpret_cast<E*>(Os + kWarps * 16 * LO);  // [BR][LE], scaled
-  E* dOw = Qw + BR * LE;
-  E* Kt = dOw + BR * LE;  // [BT][LE]
-  E* Vt = Kt + BT * LE;
-  E* dSs = Vt + BT * LE;  // [kWarps][16][LP]
-  const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BR, C3 = 3 * C;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, row = lane / 2, half = lane % 2;
-  const float* base = qkv + (size_t)b * T * C3;
-  load_rows<E>(Qw, base + h * HS, C3, q0, BR, T, scale);
-  load_rows<E>(dOw, dout + (size_t)b * T * C + h * HS, C, q0, BR, T, 1.f);
-  __syncthreads();
-  FragA<E> qf[HS / 16], df[HS / 16];
-  load_frags_a<E>(qf, Qw + warp * 16 * LE);
-  load_frags_a<E>(df, dOw + warp * 16 * LE);
-  Acc dq[HS / 16];
+    k_bwd_q(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,
+            const float* delta, float* dqkv, int T, int Tp, int C, int H) {
+  extern __shared__ __align__(128) uint16_t sm[];
+  uint16_t* Qs = sm;
+  uint16_t* dOs = Qs + kTile;
+  uint16_t* Ks = dOs + kTile;  // [2][BR][LD]
+  uint16_t* Vs = Ks + 2 * kTile;
+  const int nt = Tp / BR, qt = nt - 1 - blockIdx.x;
+  const int b = blockIdx.z, h = blockIdx.y, q0 = qt * BR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const size_t head = ((size_t)b * H + h) * Tp * HS;
+  load_tile(Qs, q + head + (size_t)q0 * HS);
+  load_tile(dOs, dout + head + (size_t)q0 * HS);
+  load_tile(Ks, k + head);
+  load_tile(Vs, v + head);
+  cp_commit();
+  float Lr[2], Dr[2];  // this lane's two rows
 #pragma unroll
-  for (int n = 0; n < HS / 16; ++n) wmma::fill_fragment(dq[n], 0.f);
-  const int tq = q0 + warp * 16 + row;
-  const bool active = tq < T;
-  const float Lt = active ? lse[((size_t)b * H + h) * T + tq] : 0.f;
-  const float Dt = active ? delta[((size_t)b * H + h) * T + tq] : 0.f;
-  float* S = Ss + warp * 16 * LS;
-  float* dP = dPs + warp * 16 * LS;
-  E* dS = dSs + warp * 16 * LP;
-  const int last = min(T - 1, q0 + BR - 1);
-  for (int s0 = 0; s0 <= last; s0 += BT) {
-    __syncthreads();
-    load_rows<E>(Kt, base + C + h * HS, C3, s0, BT, T, 1.f);
-    load_rows<E>(Vt, base + 2 * C + h * HS, C3, s0, BT, T, 1.f);
-    __syncthreads();
-    if (s0 > q0 + warp * 16 + 15) continue;
-    scores<E>(qf, Kt, S);   // S = (scale Q) K^T
-    scores<E>(df, Vt, dP);  // dP = dO V^T
-    __syncwarp();
-#pragma unroll
-    for (int j = 0; j < BT / 2; ++j) {
-      const int c = half * (BT / 2) + j;
-      const bool ok = active && s0 + c <= tq;
-      store_e(dS + row * LP + c, ok ? __expf(S[row * LS + c] - Lt) * (dP[row * LS + c] - Dt) : 0.f);
-    }
-    __syncwarp();
-    times_tile<E>(dq, dS, Kt);  // dQ += dS K (times scale below)
+  for (int r = 0; r < 2; ++r) {
+    const int tq = q0 + warp * 16 + g + 8 * r;
+    Lr[r] = tq < T ? lse[((size_t)b * H + h) * T + tq] * kLog2e : INFINITY;
+    Dr[r] = tq < T ? delta[((size_t)b * H + h) * T + tq] : 0.f;
   }
-  add_rows(dq, Os + warp * 16 * LO, active ? dqkv + ((size_t)b * T + tq) * C3 + h * HS : nullptr, row, half, scale);
+  Acc dq, s, dp;
+  zero(dq);
+  for (int j = 0; j <= qt; ++j) {
+    const int buf = j & 1;
+    if (j < qt) {
+      load_tile(Ks + (buf ^ 1) * kTile, k + head + (size_t)(j + 1) * BR * HS);
+      load_tile(Vs + (buf ^ 1) * kTile, v + head + (size_t)(j + 1) * BR * HS);
+      cp_commit();
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* Kb = Ks + buf * kTile;
+    mm_abt<BF>(s, Qs + warp * 16 * LD, Kb, lane);                  // S, log2-scaled
+    mm_abt<BF>(dp, dOs + warp * 16 * LD, Vs + buf * kTile, lane);  // dP = dO V^T
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e >> 1;
+        const bool masked = j == qt && 8 * n + 2 * t4 + (e & 1) > warp * 16 + g + 8 * r;
+        dp[n][e] = masked ? 0.f : exp2f(s[n][e] - Lr[r]) * (dp[n][e] - Dr[r]);  // dS
+      }
+    mm_pm<BF>(dq, dp, Kb, lane);  // dQ += dS K
+    __syncthreads();
+  }
+  add_rows(dq, dqkv + (size_t)b * T * 3 * C + h * HS, 3 * C, q0 + warp * 16, T, lane, 1.f / sqrtf((float)HS));
 }
 
 template <typename K>
@@ -305,47 +407,67 @@ void opt_in_smem(K kernel, size_t bytes) {
   ZR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <typename E>
-void fwd_e(const float* qkv, float* out, float* lse, int B, int T, int C, int H) {
-  static bool once = (opt_in_smem(k_fwd<E>, kFwdSmem), true);
+constexpr float q_mul() { return kLog2e / 8.f; }  // log2(e) / sqrt(HS)
+
+template <bool BF>
+void fwd_e(const float* qkv, float* out, float* lse, uint16_t* scratch, int B, int T, int C, int H) {
+  static bool once = (opt_in_smem(k_fwd<BF>, kFwdSmem), true);
   (void)once;
-  dim3 grid((T + BR - 1) / BR, H, B);
-  k_fwd<E><<<grid, 32 * kWarps, kFwdSmem>>>(qkv, out, lse, T, C, H, 1.f / sqrtf((float)HS));
+  const int Tp = (int)padded(T);
+  const size_t n = (size_t)B * H * Tp * HS;
+  uint16_t *q = scratch, *k = q + n, *v = k + n;
+  pack<BF>(qkv, 3 * C, q, B, T, H, q_mul());
+  pack<BF>(qkv + C, 3 * C, k, B, T, H, 1.f);
+  pack<BF>(qkv + 2 * C, 3 * C, v, B, T, H, 1.f);
+  dim3 grid(Tp / BR, H, B);
+  k_fwd<BF><<<grid, 32 * kWarps, kFwdSmem>>>(q, k, v, out, lse, T, Tp, C, H);
   ZR_CUDA(cudaGetLastError());
 }
 
-template <typename E>
-void bwd_e(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, float* delta, int B,
-           int T, int C, int H) {
-  static bool once = (opt_in_smem(k_bwd_kv<E>, kKvSmem), opt_in_smem(k_bwd_q<E>, kQSmem), true);
+template <bool BF>
+void bwd_e(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, float* delta,
+           uint16_t* scratch, int B, int T, int C, int H) {
+  static bool once = (opt_in_smem(k_bwd_kv<BF>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
   (void)once;
   row_delta(out, dout, delta, B, T, C, H);
-  const float scale = 1.f / sqrtf((float)HS);
-  dim3 grid((T + BR - 1) / BR, H, B);
-  k_bwd_kv<E><<<grid, 32 * kWarps, kKvSmem>>>(qkv, dout, lse, delta, dqkv, T, C, H, scale);
+  const int Tp = (int)padded(T);
+  const size_t n = (size_t)B * H * Tp * HS;
+  uint16_t *q = scratch, *k = q + n, *v = k + n, *d = v + n;
+  pack<BF>(qkv, 3 * C, q, B, T, H, q_mul());
+  pack<BF>(qkv + C, 3 * C, k, B, T, H, 1.f);
+  pack<BF>(qkv + 2 * C, 3 * C, v, B, T, H, 1.f);
+  pack<BF>(dout, C, d, B, T, H, 1.f);
+  dim3 grid(Tp / BR, H, B);
+  k_bwd_kv<BF><<<grid, 32 * kWarps, kKvSmem>>>(q, k, v, d, lse, delta, dqkv, T, Tp, C, H);
   ZR_CUDA(cudaGetLastError());
-  k_bwd_q<E><<<grid, 32 * kWarps, kQSmem>>>(qkv, dout, lse, delta, dqkv, T, C, H, scale);
+  k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(q, k, v, d, lse, delta, dqkv, T, Tp, C, H);
   ZR_CUDA(cudaGetLastError());
 }
 }  // namespace
 
 bool tc_supported(int64_t head_size) { return head_size == HS; }
 
-void tc_forward(bool bf16, const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C, int64_t H) {
+int64_t tc_scratch_elems(int64_t B, int64_t T, int64_t H) { return 4 * B * H * padded(T) * HS; }
+
+void tc_forward(bool bf16, const float* qkv, float* out, float* lse, uint16_t* scratch, int64_t B, int64_t T, int64_t C,
+                int64_t H) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
+  ZR_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0, "tensor-core attention needs 16-byte aligned qkv");
   if (bf16)
-    fwd_e<__nv_bfloat16>(qkv, out, lse, (int)B, (int)T, (int)C, (int)H);
+    fwd_e<true>(qkv, out, lse, scratch, (int)B, (int)T, (int)C, (int)H);
   else
-    fwd_e<__half>(qkv, out, lse, (int)B, (int)T, (int)C, (int)H);
+    fwd_e<false>(qkv, out, lse, scratch, (int)B, (int)T, (int)C, (int)H);
 }
 
 void tc_backward(bool bf16, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                 float* delta, int64_t B, int64_t T, int64_t C, int64_t H) {
+                 float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C, int64_t H) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
+  ZR_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0,
+           "tensor-core attention needs 16-byte aligned qkv and output gradient");
   if (bf16)
-    bwd_e<__nv_bfloat16>(qkv, out, lse, dout, dqkv, delta, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<true>(qkv, out, lse, dout, dqkv, delta, scratch, (int)B, (int)T, (int)C, (int)H);
   else
-    bwd_e<__half>(qkv, out, lse, dout, dqkv, delta, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<false>(qkv, out, lse, dout, dqkv, delta, scratch, (int)B, (int)T, (int)C, (int)H);
 }
 
 }  // namespace zerorun::kernels::flash

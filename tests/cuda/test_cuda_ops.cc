@@ -146,6 +146,7 @@ TEST_CASE("16-bit matmul inputs: exact on 16-bit operands, rounding on others", 
     // Head size 64 takes the tensor-core flash kernels: 16-bit operands, fp32 softmax and accumulation.
     compare_op("attention", {{"n_head", 2}}, {rnd({2, 97, 3 * 128}, r)}, {}, 3e-2);
     compare_op("attention", {{"n_head", 3}}, {rnd({1, 200, 3 * 192}, r, 2.0)}, {}, 3e-2);
+    compare_op("attention", {{"n_head", 2}}, {rnd({2, 257, 3 * 128}, r, 3.0)}, {}, 3e-2);  // 5 tiles, padded
     REQUIRE(compare_op("attention", {{"n_head", 1}}, {rnd({2, 64, 3 * 64}, r)}, {}, 3e-2) > 1e-6);
   }
   gpu.set_matmul_dtype(DType::F32);
