@@ -9,17 +9,19 @@ SIZES=${1:-124M 350M 1.5B}
 STEPS=${2:-10}
 source tests/device_env.sh
 ZR=${ZR:-.devbuild/bin/zerorun}
-W=$(mktemp -d)
+W=${BENCH_DIR:-$(mktemp -d)}  # BENCH_DIR keeps the model files (m-SIZE.bin) for later scripts
+mkdir -p "$W"
 declare -A L=([124M]=12 [350M]=24 [1.5B]=48) C=([124M]=768 [350M]=1024 [1.5B]=1600) H=([124M]=12 [350M]=16 [1.5B]=25)
 declare -A B=([124M]=8 [350M]=4 [1.5B]=2)
 RES=$W/results.jsonl
+rm -f "$RES"
 for s in $SIZES; do
   "$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd ${C[$s]} --n_layer ${L[$s]} --n_head ${H[$s]} \
-    -o "$W/m.bin" >/dev/null
+    -o "$W/m-$s.bin" >/dev/null
   echo "{\"train_micro_batch_size_per_gpu\": ${B[$s]}, \"bf16\": {\"enabled\": true}, \"steps_per_print\": 1000,
     \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}}" >"$W/c.json"
   rm -rf "$W/log"
-  if "$ZR" --device cuda --config "$W/c.json" "$W/m.bin" --steps $((STEPS + 3)) --log_dir "$W/log" >"$W/zr.out" 2>&1; then
+  if "$ZR" --device cuda --config "$W/c.json" "$W/m-$s.bin" --steps $((STEPS + 3)) --log_dir "$W/log" >"$W/zr.out" 2>&1; then
     python3 - "$W/log/metrics.jsonl" "$s" "${B[$s]}" "${L[$s]}" "${C[$s]}" "$W/zr.out" <<'PY' | tee -a "$RES"
 import json, re, sys
 rows = [json.loads(l) for l in open(sys.argv[1])][3:]

@@ -24,10 +24,12 @@ class Backend {
   virtual void gemm_strided(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                             int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc,
                             int64_t sC, int64_t batch) = 0;
-  virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in,
-                          int64_t out) = 0;
+  // y [N, out] = x [N, in] w^T (+ b). x16: where a 16-bit run (matmul_dtype() != F32) leaves x rounded to
+  // that dtype (N * in elements) for the backward, or null; the backward takes it back as x16 (or null).
+  virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
+                          uint16_t* x16) = 0;
   virtual void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
-                          int64_t in, int64_t out) = 0;
+                          int64_t in, int64_t out, const uint16_t* x16) = 0;
   virtual void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) = 0;
   virtual void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb) = 0;
   virtual void mul_fwd(const float* a, const float* b, float* y, int64_t n) = 0;
@@ -80,6 +82,7 @@ class Backend {
   // that type for tensor cores, fp32 accumulation and output (16-bit training
   // on CUDA, as autocast does). The CPU backend always multiplies in fp32.
   virtual void set_matmul_dtype(DType) {}
+  virtual DType matmul_dtype() const { return DType::F32; }
 };
 
 Backend& backend(Device d);

@@ -14,7 +14,7 @@
 #include "flash_attention.h"
 #include "kernels/backend.h"
 #include "kernels/optim_math.h"
-#include "lt_linear.h"
+#include "lt_gemm.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/profile.h"
 
@@ -61,11 +61,57 @@ __device__ inline float block_sum(float v) {
 }
 
 // ---- elementwise --------------------------------------------------------------
+// Memory-bound maps run 4 elements per thread through float4 loads when every
+// pointer is 16-byte aligned (views at odd offsets take the scalar kernel).
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+__device__ inline float4 ld4(const float* p, int64_t i) { return reinterpret_cast<const float4*>(p)[i]; }
+__device__ inline void st4(float* p, int64_t i, float4 v) { reinterpret_cast<float4*>(p)[i] = v; }
+
+// y = f(a, b) (b null: f(a, 0)) when Upd is false; y = f(a, b, y) when true.
+template <bool Upd, class F>
+__device__ inline float ew(const F& f, float a, float b, float y) {
+  if constexpr (Upd)
+    return f(a, b, y);
+  else
+    return f(a, b);
+}
+template <bool Upd, bool V4, class F>
+__global__ void k_ew(F f, const float* a, const float* b, float* y, int64_t n) {
+  if constexpr (V4) {
+    GRID_STRIDE(i, n / 4) {
+      const float4 x = ld4(a, i), z = b ? ld4(b, i) : make_float4(0, 0, 0, 0);
+      float4 o = Upd ? ld4(y, i) : make_float4(0, 0, 0, 0);
+      o = make_float4(ew<Upd>(f, x.x, z.x, o.x), ew<Upd>(f, x.y, z.y, o.y), ew<Upd>(f, x.z, z.z, o.z),
+                      ew<Upd>(f, x.w, z.w, o.w));
+      st4(y, i, o);
+    }
+    for (int64_t i = n / 4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+      y[i] = ew<Upd>(f, a[i], b ? b[i] : 0.f, Upd ? y[i] : 0.f);
+  } else {
+    GRID_STRIDE(i, n) y[i] = ew<Upd>(f, a[i], b ? b[i] : 0.f, Upd ? y[i] : 0.f);
+  }
+}
+template <bool Upd, class F>
+void elementwise(F f, const float* a, const float* b, float* y, int64_t n) {
+  if (n <= 0) return;
+  if (aligned16(a) && aligned16(y) && (!b || aligned16(b)))
+    k_ew<Upd, true><<<grid_for((n + 3) / 4), kTpb>>>(f, a, b, y, n);
+  else
+    k_ew<Upd, false><<<grid_for(n), kTpb>>>(f, a, b, y, n);
+  ZR_CUDA(cudaGetLastError());
+}
+struct Plus {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct AccA {  // y += a
+  __device__ float operator()(float a, float, float y) const { return y + a; }
+};
+
 __global__ void k_bias_add(float* y, const float* b, int64_t n, int64_t out) { GRID_STRIDE(i, n) y[i] += b[i % out]; }
 __global__ void k_add(const float* a, const float* b, float* y, int64_t n, int64_t nb) {
   GRID_STRIDE(i, n) y[i] = a[i] + b[i % nb];
 }
-__global__ void k_acc(float* acc, const float* x, int64_t n) { GRID_STRIDE(i, n) acc[i] += x[i]; }
 __global__ void k_mul(const float* a, const float* b, float* y, int64_t n) { GRID_STRIDE(i, n) y[i] = a[i] * b[i]; }
 __global__ void k_mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) {
   GRID_STRIDE(i, n) {
@@ -74,34 +120,33 @@ __global__ void k_mul_bwd(const float* a, const float* b, const float* dy, float
   }
 }
 constexpr float kGeluC = 0.7978845608028654f;
-__global__ void k_act_fwd(int act, const float* x, float* y, int64_t n) {
-  GRID_STRIDE(i, n) {
-    float v = x[i];
-    if (act == 0)
-      y[i] = 0.5f * v * (1.f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
-    else if (act == 1)
-      y[i] = v > 0.f ? v : 0.f;
+template <int A>  // 0 gelu (tanh), 1 relu, 2 silu
+struct ActF {
+  __device__ float operator()(float v, float) const {
+    if constexpr (A == 0)
+      return 0.5f * v * (1.f + tanhf(kGeluC * (v + 0.044715f * v * v * v)));
+    else if constexpr (A == 1)
+      return v > 0.f ? v : 0.f;
     else
-      y[i] = v / (1.f + expf(-v));
+      return v / (1.f + expf(-v));
   }
-}
-__global__ void k_act_bwd(int act, const float* x, const float* dy, float* dx, int64_t n) {
-  GRID_STRIDE(i, n) {
-    float v = x[i], d;
-    if (act == 0) {
+};
+template <int A>  // dx += dy * act'(x)
+struct ActB {
+  __device__ float operator()(float v, float dy, float dx) const {
+    float d;
+    if constexpr (A == 0) {
       float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
       d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluC * (1.f + 3.f * 0.044715f * v * v);
-    } else if (act == 1) {
+    } else if constexpr (A == 1) {
       d = v > 0.f ? 1.f : 0.f;
     } else {
       float s = 1.f / (1.f + expf(-v));
       d = s * (1.f + v * (1.f - s));
     }
-    dx[i] += dy[i] * d;
+    return dx + dy * d;
   }
-}
-
-// ---- norms: one warp per row ----------------------------------------------------
+};
 __global__ void k_ln_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
                          int64_t C, float eps) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
@@ -353,15 +398,23 @@ __global__ void k_scale(float* x, float s, int64_t n) { GRID_STRIDE(i, n) x[i] *
 __global__ void k_finite(const float* x, int64_t n, int* bad) {
   GRID_STRIDE(i, n) if (!isfinite(x[i])) atomicExch(bad, 1);
 }
-template <typename H>
-__global__ void k_to16(const float* s, H* d, int64_t n);
-template <>
-__global__ void k_to16<__nv_bfloat16>(const float* s, __nv_bfloat16* d, int64_t n) {
-  GRID_STRIDE(i, n) d[i] = __float2bfloat16_rn(s[i]);
+__device__ inline uint16_t to16_bits(bool bf, float v) {
+  return bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
 }
-template <>
-__global__ void k_to16<__half>(const float* s, __half* d, int64_t n) {
-  GRID_STRIDE(i, n) d[i] = __float2half_rn(s[i]);
+template <bool V4>  // V4: s 16-byte and d 8-byte aligned
+__global__ void k_to16(bool bf, const float* s, uint16_t* d, int64_t n) {
+  if constexpr (V4) {
+    GRID_STRIDE(i, n / 4) {
+      const float4 x = ld4(s, i);
+      reinterpret_cast<ushort4*>(d)[i] =
+          make_ushort4(to16_bits(bf, x.x), to16_bits(bf, x.y), to16_bits(bf, x.z), to16_bits(bf, x.w));
+    }
+    for (int64_t i = n / 4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+      d[i] = to16_bits(bf, s[i]);
+  } else {
+    GRID_STRIDE(i, n) d[i] = to16_bits(bf, s[i]);
+  }
 }
 __global__ void k_round(int dt, const float* s, float* d, int64_t n) {
   GRID_STRIDE(i, n) d[i] = dt == 1 ? __bfloat162float(__float2bfloat16_rn(s[i])) : __half2float(__float2half_rn(s[i]));
@@ -370,7 +423,8 @@ __global__ void k_round(int dt, const float* s, float* d, int64_t n) {
 template <typename T>
 struct DevBuf {  // scratch from the caching allocator
   T* p = nullptr;
-  size_t bytes;
+  size_t bytes = 0;
+  DevBuf() = default;  // empty
   explicit DevBuf(size_t n, bool zero = true) : bytes(n * sizeof(T)) {
     ZR_CUDA(cudaGetDevice(&dev));
     p = static_cast<T*>(cuda::device_alloc(bytes, dev));
@@ -430,35 +484,35 @@ class CudaBackend : public Backend {
     Half a = to16(A, extent(ta, M, K, lda, sA)), b = to16(B, extent(tb, K, N, ldb, sB));
     gemm16(ta, tb, M, N, K, alpha, a.p, lda, sA, b.p, ldb, sB, beta, C, ldc, sC, batch);
   }
-  void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in,
-                  int64_t out) override {
+  void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
+                  uint16_t* x16) override {
     if (N == 0 || out == 0) return;
-    if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue
-      Half xh = to16(x, N * in), wh = to16(w, out * in);
+    if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue; x rounded into x16 when the caller keeps it
+      Half xh = x16 ? Half() : to16(x, N * in), wh = to16(w, out * in);
+      if (x16) round16(x, x16, N * in);
       profile::Scope ps(".. cublasLt linear fwd");
-      if (!lt_) lt_ = std::make_unique<LtLinear>();
-      lt_->forward(mm_, xh.p, wh.p, b, y, N, in, out);
+      lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, wh.p, in, 0.f, y, out, b);
       return;
     }
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
-                  int64_t in, int64_t out) override {
+                  int64_t in, int64_t out, const uint16_t* x16) override {
     if (mm_ == DType::F32) {
       if (dx) gemm(false, false, N, in, out, 1.f, dy, w, 1.f, dx);
       if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
-    } else {  // dy is rounded once for both products
+    } else {  // dy is rounded once for both products; x comes rounded from the forward when it was kept
       Half dyh = to16(dy, N * out);
       if (dx) {
         Half wh = to16(w, out * in);
-        profile::Scope ps(".. gemm16 linear dx");
-        gemm16(false, false, N, in, out, 1.f, dyh.p, out, 0, wh.p, in, 0, 1.f, dx, in, 0, 1);
+        profile::Scope ps(".. cublasLt linear dx");
+        lt().run(mm_, false, false, N, in, out, dyh.p, out, wh.p, in, 1.f, dx, in, nullptr);
       }
       if (dw) {
-        Half xh = to16(x, N * in);
-        profile::Scope ps(".. gemm16 linear dw");
-        gemm16(true, false, out, in, N, 1.f, dyh.p, out, 0, xh.p, in, 0, 1.f, dw, in, 0, 1);
+        Half xh = x16 ? Half() : to16(x, N * in);
+        profile::Scope ps(".. cublasLt linear dw");
+        lt().run(mm_, true, false, out, in, N, dyh.p, out, x16 ? x16 : xh.p, in, 1.f, dw, in, nullptr);
       }
     }
     if (db) {
@@ -466,14 +520,18 @@ class CudaBackend : public Backend {
       column_sums(ColOf{dy}, N, out, db, nullptr);
     }
   }
+  DType matmul_dtype() const override { return mm_; }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
-    LAUNCH(k_add, n, a, b, y, n, nb);
+    if (nb == n)
+      elementwise<false>(Plus{}, a, b, y, n);
+    else
+      LAUNCH(k_add, n, a, b, y, n, nb);
   }
   void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb) override {
-    if (da) LAUNCH(k_acc, n, da, dy, n);
+    if (da) elementwise<true>(AccA{}, dy, nullptr, da, n);
     if (db) {
       if (nb == n)
-        LAUNCH(k_acc, n, db, dy, n);
+        elementwise<true>(AccA{}, dy, nullptr, db, n);
       else
         column_sums(ColOf{dy}, n / nb, nb, db, nullptr);
     }
@@ -483,10 +541,24 @@ class CudaBackend : public Backend {
     LAUNCH(k_mul_bwd, n, a, b, dy, da, db, n);
   }
   void act_fwd(Act act, const float* x, float* y, int64_t n) override {
-    LAUNCH(k_act_fwd, n, static_cast<int>(act), x, y, n);
+    switch (act) {
+      case Act::Gelu:
+        return elementwise<false>(ActF<0>{}, x, nullptr, y, n);
+      case Act::Relu:
+        return elementwise<false>(ActF<1>{}, x, nullptr, y, n);
+      default:
+        return elementwise<false>(ActF<2>{}, x, nullptr, y, n);
+    }
   }
   void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n) override {
-    LAUNCH(k_act_bwd, n, static_cast<int>(act), x, dy, dx, n);
+    switch (act) {
+      case Act::Gelu:
+        return elementwise<true>(ActB<0>{}, x, dy, dx, n);
+      case Act::Relu:
+        return elementwise<true>(ActB<1>{}, x, dy, dx, n);
+      default:
+        return elementwise<true>(ActB<2>{}, x, dy, dx, n);
+    }
   }
   void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
                      int64_t C, float eps) override {
@@ -616,7 +688,7 @@ class CudaBackend : public Backend {
     LAUNCH(k_sgd, n, p, g, buf, n, lr, momentum, dampening, wd, nesterov, first_step);
   }
   void scale_inplace(float* x, float s, int64_t n) override { LAUNCH(k_scale, n, x, s, n); }
-  void accumulate(float* acc, const float* x, int64_t n) override { LAUNCH(k_acc, n, acc, x, n); }
+  void accumulate(float* acc, const float* x, int64_t n) override { elementwise<true>(AccA{}, x, nullptr, acc, n); }
   double sum_squares(const float* x, int64_t n) override { return sum_sq(x, nullptr, n); }
   bool all_finite(const float* x, int64_t n) override {
     DevBuf<int> bad(1);
@@ -654,13 +726,22 @@ class CudaBackend : public Backend {
   }
   using Half = DevBuf<uint16_t>;  // bf16 or f16 bits, per mm_
   Half to16(const float* x, int64_t n) const {
-    profile::Scope ps(".. to16");
     Half h(static_cast<size_t>(n), false);
-    if (mm_ == DType::BF16)
-      LAUNCH(k_to16<__nv_bfloat16>, n, x, reinterpret_cast<__nv_bfloat16*>(h.p), n);
-    else
-      LAUNCH(k_to16<__half>, n, x, reinterpret_cast<__half*>(h.p), n);
+    round16(x, h.p, n);
     return h;
+  }
+  void round16(const float* x, uint16_t* d, int64_t n) const {
+    profile::Scope ps(".. to16");
+    if (n <= 0) return;
+    if (aligned16(x) && reinterpret_cast<uintptr_t>(d) % 8 == 0)
+      k_to16<true><<<grid_for((n + 3) / 4), kTpb>>>(mm_ == DType::BF16, x, d, n);
+    else
+      k_to16<false><<<grid_for(n), kTpb>>>(mm_ == DType::BF16, x, d, n);
+    ZR_CUDA(cudaGetLastError());
+  }
+  LtGemm& lt() {
+    if (!lt_) lt_ = std::make_unique<LtGemm>();
+    return *lt_;
   }
   void gemm16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const void* A, int64_t lda, int64_t sA,
               const void* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc, int64_t sC, int64_t batch) {
@@ -671,7 +752,7 @@ class CudaBackend : public Backend {
         CUDA_R_32F, static_cast<int>(ldc), sC, static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   DType mm_ = DType::F32;
-  std::unique_ptr<LtLinear> lt_;
+  std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};
 };
 
