@@ -26,8 +26,6 @@ W=$(mktemp -d)
 echo '{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}}' >"$W/p.json"
 TAIL=2 part torch_sdpa 40 python3 bench/torch_sdpa.py
 ZERORUN_PROFILE=1 TAIL=40 part profile_124m 60 "$ZR" --device cuda --config "$W/p.json" "$W/p.bin" --steps 6
-ZERORUN_LT_TUNE=0 ZERORUN_PROFILE=1 TAIL=14 part profile_124m_untuned 45 "$ZR" --device cuda --config "$W/p.json" \
-  "$W/p.bin" --steps 6
 BENCH_DIR=$W/bench TAIL=8 part bench_gpt2 330 bash bench/bench_gpt2.sh "${SIZES:-124M 350M 1.5B}" 8
 MODEL=$W/bench/m-1.5B.bin TAIL=8 part offload_1p5b 100 bash bench/offload_1p5b.sh 3
 G=$(nvidia-smi -L 2>/dev/null | wc -l)
