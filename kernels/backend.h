@@ -14,6 +14,17 @@ namespace zerorun::kernels {
 
 using cpu::Act;
 
+// Where a backward puts an input's gradient: acc adds to what is there; !acc
+// overwrites, for gradients the executor has just allocated (no zero-fill
+// first, no read of zeros: one write instead of a write, a read and a write).
+struct Grad {
+  float* p = nullptr;
+  bool acc = true;
+  Grad() = default;
+  Grad(float* ptr, bool accumulate) : p(ptr), acc(accumulate) {}
+  explicit operator bool() const { return p != nullptr; }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -28,30 +39,30 @@ class Backend {
   // that dtype (N * in elements) for the backward, or null; the backward takes it back as x16 (or null).
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
                           uint16_t* x16) = 0;
-  virtual void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
+  virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                           int64_t in, int64_t out, const uint16_t* x16) = 0;
   virtual void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) = 0;
-  virtual void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb) = 0;
+  virtual void add_bwd(const float* dy, Grad da, Grad db, int64_t n, int64_t nb) = 0;
   virtual void mul_fwd(const float* a, const float* b, float* y, int64_t n) = 0;
-  virtual void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) = 0;
+  virtual void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) = 0;
   virtual void act_fwd(Act act, const float* x, float* y, int64_t n) = 0;
-  virtual void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n) = 0;
+  virtual void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) = 0;
   virtual void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
                              int64_t N, int64_t C, float eps) = 0;
   virtual void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy,
-                             float* dx, float* dw, float* db, int64_t N, int64_t C) = 0;
+                             Grad dx, float* dw, float* db, int64_t N, int64_t C) = 0;
   virtual void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) = 0;
-  virtual void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw,
+  virtual void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, Grad dx, float* dw,
                            int64_t N, int64_t C) = 0;
   virtual void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C,
                              int64_t H) = 0;
-  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
+  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, int64_t B, int64_t T,
                              int64_t C, int64_t H) = 0;
   // Flash-style attention (no T x T matrix): saves the per-row log-sum-exp
   // [B, H, T] instead of the probabilities; backward also reads the output.
   virtual bool has_flash_attention(int64_t /*head_size*/) const { return false; }
   virtual void flash_attention_fwd(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t) {}
-  virtual void flash_attention_bwd(const float*, const float*, const float*, const float*, float*, int64_t, int64_t,
+  virtual void flash_attention_bwd(const float*, const float*, const float*, const float*, Grad, int64_t, int64_t,
                                    int64_t, int64_t) {}
   // Returns false if any id is outside [0, V) (nothing is written then).
   virtual bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) = 0;
@@ -63,9 +74,9 @@ class Backend {
   virtual double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) = 0;
   // dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
   virtual void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                                 float* dlogits, int64_t N, int64_t V) = 0;
+                                 Grad dlogits, int64_t N, int64_t V) = 0;
   virtual double mse_fwd(const float* pred, const float* target, int64_t n) = 0;
-  virtual void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) = 0;
+  virtual void mse_bwd(const float* pred, const float* target, const float* dloss, Grad dpred, int64_t n) = 0;
   virtual void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
                          float eps, float wd, bool adamw, bool bias_correction, int64_t step) = 0;
   virtual void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening,

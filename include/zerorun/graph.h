@@ -36,13 +36,15 @@ struct ValueInfo {
 };
 
 // What an op sees when it runs. Inputs/params are read-only; backward
-// accumulates (+=) into din / dparams entries that are defined.
+// accumulates (+=) into defined din / dparams entries, except that a din[k]
+// with din_acc[k] false is fresh memory the op overwrites (see Op::writes_grad).
 struct NodeCtx {
   const Node* node = nullptr;
   std::vector<Tensor> in, out;
   std::map<std::string, Tensor> params;
   std::vector<Tensor>* saved = nullptr;  // what forward keeps for backward
   std::vector<Tensor> din, dout;
+  std::vector<bool> din_acc;  // per input; missing entries mean "accumulate"
   std::map<std::string, Tensor> dparams;
   const Tensor& param(const std::string& role) const;
   Tensor dparam(const std::string& role) const;  // undefined if no grad wanted
@@ -59,6 +61,9 @@ class Op {
                                        const std::map<std::string, Shape>& params) const = 0;
   virtual void forward(NodeCtx& c) const = 0;
   virtual void backward(NodeCtx& c) const = 0;
+  // True where backward, whenever din[input] is defined, writes all of it (so the
+  // executor hands it a fresh, unzeroed gradient with din_acc false the first time).
+  virtual bool writes_grad(size_t /*input*/) const { return false; }
   // True for ops whose output is the scalar loss.
   virtual bool is_loss() const { return false; }
 };

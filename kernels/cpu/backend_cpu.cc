@@ -2,11 +2,19 @@
 // backend for a device.
 #include <cblas.h>
 
+#include <cstring>
+
 #include "kernels/backend.h"
 #include "zerorun/error.h"
 
 namespace zerorun::kernels {
 namespace {
+
+// The CPU kernels accumulate; a gradient to be overwritten is zeroed first.
+float* acc_ptr(Grad g, int64_t n) {
+  if (g.p && !g.acc) std::memset(g.p, 0, static_cast<size_t>(n) * sizeof(float));
+  return g.p;
+}
 
 class CpuBackend : public Backend {
  public:
@@ -26,45 +34,45 @@ class CpuBackend : public Backend {
                   uint16_t* /*x16: fp32 products*/) override {
     cpu::linear_fwd(x, w, b, y, N, in, out);
   }
-  void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
+  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                   int64_t in, int64_t out, const uint16_t* /*x16: fp32 products*/) override {
-    cpu::linear_bwd(x, w, dy, dx, dw, db, N, in, out);
+    cpu::linear_bwd(x, w, dy, acc_ptr(dx, N * in), dw, db, N, in, out);
   }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
     cpu::add_fwd(a, b, y, n, nb);
   }
-  void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb) override {
-    cpu::add_bwd(dy, da, db, n, nb);
+  void add_bwd(const float* dy, Grad da, Grad db, int64_t n, int64_t nb) override {
+    cpu::add_bwd(dy, acc_ptr(da, n), acc_ptr(db, nb), n, nb);
   }
   void mul_fwd(const float* a, const float* b, float* y, int64_t n) override { cpu::mul_fwd(a, b, y, n); }
-  void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) override {
-    cpu::mul_bwd(a, b, dy, da, db, n);
+  void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) override {
+    cpu::mul_bwd(a, b, dy, acc_ptr(da, n), acc_ptr(db, n), n);
   }
   void act_fwd(Act act, const float* x, float* y, int64_t n) override { cpu::act_fwd(act, x, y, n); }
-  void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n) override {
-    cpu::act_bwd(act, x, dy, dx, n);
+  void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) override {
+    cpu::act_bwd(act, x, dy, acc_ptr(dx, n), n);
   }
   void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
                      int64_t C, float eps) override {
     cpu::layernorm_fwd(x, w, b, y, mean, rstd, N, C, eps);
   }
-  void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, float* dx,
+  void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, Grad dx,
                      float* dw, float* db, int64_t N, int64_t C) override {
-    cpu::layernorm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C);
+    cpu::layernorm_bwd(x, w, mean, rstd, dy, acc_ptr(dx, N * C), dw, db, N, C);
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) override {
     cpu::rmsnorm_fwd(x, w, y, rstd, N, C, eps);
   }
-  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int64_t N,
+  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, Grad dx, float* dw, int64_t N,
                    int64_t C) override {
-    cpu::rmsnorm_bwd(x, w, rstd, dy, dx, dw, N, C);
+    cpu::rmsnorm_bwd(x, w, rstd, dy, acc_ptr(dx, N * C), dw, N, C);
   }
   void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
     cpu::attention_fwd(qkv, out, probs, B, T, C, H);
   }
-  void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
+  void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, int64_t B, int64_t T,
                      int64_t C, int64_t H) override {
-    cpu::attention_bwd(qkv, probs, dout, dqkv, B, T, C, H);
+    cpu::attention_bwd(qkv, probs, dout, acc_ptr(dqkv, B * T * 3 * C), B, T, C, H);
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
     for (int64_t i = 0; i < n; ++i)
@@ -87,12 +95,12 @@ class CpuBackend : public Backend {
     return cpu::cross_entropy_fwd(logits, targets, lse, N, V);
   }
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                         float* dlogits, int64_t N, int64_t V) override {
-    cpu::cross_entropy_bwd(logits, targets, lse, *dloss, dlogits, N, V);
+                         Grad dlogits, int64_t N, int64_t V) override {
+    cpu::cross_entropy_bwd(logits, targets, lse, *dloss, acc_ptr(dlogits, N * V), N, V);
   }
   double mse_fwd(const float* pred, const float* target, int64_t n) override { return cpu::mse_fwd(pred, target, n); }
-  void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) override {
-    cpu::mse_bwd(pred, target, *dloss, dpred, n);
+  void mse_bwd(const float* pred, const float* target, const float* dloss, Grad dpred, int64_t n) override {
+    cpu::mse_bwd(pred, target, *dloss, acc_ptr(dpred, n), n);
   }
   void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                  float wd, bool adamw, bool bias_correction, int64_t step) override {

@@ -113,10 +113,10 @@ __global__ void k_add(const float* a, const float* b, float* y, int64_t n, int64
   GRID_STRIDE(i, n) y[i] = a[i] + b[i % nb];
 }
 __global__ void k_mul(const float* a, const float* b, float* y, int64_t n) { GRID_STRIDE(i, n) y[i] = a[i] * b[i]; }
-__global__ void k_mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) {
+__global__ void k_mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) {
   GRID_STRIDE(i, n) {
-    if (da) da[i] += dy[i] * b[i];
-    if (db) db[i] += dy[i] * a[i];
+    if (da.p) da.p[i] = (da.acc ? da.p[i] : 0.f) + dy[i] * b[i];
+    if (db.p) db.p[i] = (db.acc ? db.p[i] : 0.f) + dy[i] * a[i];
   }
 }
 constexpr float kGeluC = 0.7978845608028654f;
@@ -131,10 +131,9 @@ struct ActF {
       return v / (1.f + expf(-v));
   }
 };
-template <int A>  // dx += dy * act'(x)
-struct ActB {
-  __device__ float operator()(float v, float dy, float dx) const {
-    float d;
+template <int A>  // act'(x)
+__device__ inline float act_grad(float v) {
+  float d;
     if constexpr (A == 0) {
       float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
       d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluC * (1.f + 3.f * 0.044715f * v * v);
@@ -143,9 +142,16 @@ struct ActB {
     } else {
       float s = 1.f / (1.f + expf(-v));
       d = s * (1.f + v * (1.f - s));
-    }
-    return dx + dy * d;
   }
+  return d;
+}
+template <int A>  // dx += dy * act'(x)
+struct ActB {
+  __device__ float operator()(float v, float dy, float dx) const { return dx + dy * act_grad<A>(v); }
+};
+template <int A>  // dx = dy * act'(x)
+struct ActBW {
+  __device__ float operator()(float v, float dy) const { return dy * act_grad<A>(v); }
 };
 __global__ void k_ln_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
                          int64_t C, float eps) {
@@ -163,7 +169,7 @@ __global__ void k_ln_fwd(const float* x, const float* w, const float* b, float* 
   if (lane == 0) mean[row] = m, rstd[row] = rs;
 }
 __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, const float* rstd, const float* dy,
-                            float* dx, int64_t N, int64_t C) {
+                            float* dx, bool acc, int64_t N, int64_t C) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -176,7 +182,8 @@ __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, c
   }
   s1 = warp_sum(s1) / C;
   s2 = warp_sum(s2) / C;
-  for (int64_t c = lane; c < C; c += 32) dx[row * C + c] += (dr[c] * w[c] - s1 - (xr[c] - mu) * rs * s2) * rs;
+  for (int64_t c = lane; c < C; c += 32)
+    dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (dr[c] * w[c] - s1 - (xr[c] - mu) * rs * s2) * rs;
 }
 // Column sums of an N x C matrix, two at a time (layernorm's dw and db share a
 // pass), without atomics so results are bitwise reproducible: blocks of 32
@@ -216,12 +223,35 @@ __global__ void k_col_partial(F f, int64_t N, int64_t C, int64_t rows_per, float
     part[(2 * blockIdx.y + 1) * C + c] = b;
   }
 }
-__global__ void k_col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o1) {
+__global__ void k_col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o1, bool acc) {
   GRID_STRIDE(c, C) {
     float a = 0.f, b = 0.f;
     for (int64_t k = 0; k < chunks; ++k) a += part[2 * k * C + c], b += part[(2 * k + 1) * C + c];
-    if (o0) o0[c] += a;
-    if (o1) o1[c] += b;
+    if (o0) o0[c] = (acc ? o0[c] : 0.f) + a;
+    if (o1) o1[c] = (acc ? o1[c] : 0.f) + b;
+  }
+}
+// The linear backward's dy rounded to 16 bits (d) in the same pass that sums its
+// columns for the bias gradient (partials as k_col_partial's, .y unused).
+__global__ void k_to16_colsum(bool bf, const float* dy, uint16_t* d, int64_t N, int64_t C, int64_t rows_per,
+                              float* part) {
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  const int64_t r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
+  float s0 = 0.f;
+  if (c < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
+      const float v = dy[r * C + c];
+      d[r * C + c] = bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+      s0 += v;
+    }
+  __shared__ float sh[kColRows][33];
+  sh[threadIdx.y][threadIdx.x] = s0;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float a = 0.f;
+    for (int k = 0; k < kColRows; ++k) a += sh[k][threadIdx.x];
+    part[(2 * blockIdx.y) * C + c] = a;
+    part[(2 * blockIdx.y + 1) * C + c] = 0.f;
   }
 }
 __global__ void k_rms_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) {
@@ -235,8 +265,8 @@ __global__ void k_rms_fwd(const float* x, const float* w, float* y, float* rstd,
   for (int64_t c = lane; c < C; c += 32) y[row * C + c] = xr[c] * rs * w[c];
   if (lane == 0) rstd[row] = rs;
 }
-__global__ void k_rms_bwd_dx(const float* x, const float* w, const float* rstd, const float* dy, float* dx, int64_t N,
-                             int64_t C) {
+__global__ void k_rms_bwd_dx(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool acc,
+                             int64_t N, int64_t C) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -244,7 +274,8 @@ __global__ void k_rms_bwd_dx(const float* x, const float* w, const float* rstd, 
   float rs = rstd[row], s = 0.f;
   for (int64_t c = lane; c < C; c += 32) s += dr[c] * w[c] * xr[c] * rs;
   s = warp_sum(s) / C;
-  for (int64_t c = lane; c < C; c += 32) dx[row * C + c] += (dr[c] * w[c] - xr[c] * rs * s) * rs;
+  for (int64_t c = lane; c < C; c += 32)
+    dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (dr[c] * w[c] - xr[c] * rs * s) * rs;
 }
 unsigned rows_grid(int64_t N) { return static_cast<unsigned>((N + 7) / 8); }  // 8 warps per 256-thread block
 
@@ -349,7 +380,7 @@ __global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row
   }
 }
 __global__ void k_ce_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                         float* dlogits, int64_t N, int64_t V) {
+                         float* dlogits, bool acc, int64_t N, int64_t V) {
   const float* l = logits + blockIdx.x * V;
   float* d = dlogits + blockIdx.x * V;
   const float z = lse[blockIdx.x], scale = *dloss / static_cast<float>(N);
@@ -358,7 +389,7 @@ __global__ void k_ce_bwd(const float* logits, const int32_t* targets, const floa
     const float4* l4 = reinterpret_cast<const float4*>(l);
     float4* d4 = reinterpret_cast<float4*>(d);
     for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
-      float4 x = l4[v], g = d4[v];
+      float4 x = l4[v], g = acc ? d4[v] : make_float4(0.f, 0.f, 0.f, 0.f);
       g.x += scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f));
       g.y += scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f));
       g.z += scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f));
@@ -366,7 +397,8 @@ __global__ void k_ce_bwd(const float* logits, const int32_t* targets, const floa
       d4[v] = g;
     }
   } else {
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) d[v] += scale * (expf(l[v] - z) - (v == t ? 1.f : 0.f));
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+      d[v] = (acc ? d[v] : 0.f) + scale * (expf(l[v] - z) - (v == t ? 1.f : 0.f));
   }
 }
 __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* out) {
@@ -378,9 +410,9 @@ __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double*
   s = block_sum(s);
   if (threadIdx.x == 0) atomicAdd(out, static_cast<double>(s));
 }
-__global__ void k_mse_bwd(const float* p, const float* t, const float* dloss, float* dp, int64_t n) {
+__global__ void k_mse_bwd(const float* p, const float* t, const float* dloss, Grad dp, int64_t n) {
   float scale = 2.f * *dloss / static_cast<float>(n);
-  GRID_STRIDE(i, n) dp[i] += scale * (p[i] - t[i]);
+  GRID_STRIDE(i, n) dp.p[i] = (dp.acc ? dp.p[i] : 0.f) + scale * (p[i] - t[i]);
 }
 
 // ---- optimizer and helpers ----------------------------------------------------------
@@ -439,16 +471,25 @@ struct DevBuf {  // scratch from the caching allocator
   }
 };
 
-// o0[c] += sum_r F(r, c).x and o1[c] += sum_r F(r, c).y (either may be null).
+// Row chunking of the column sums: at least 64 rows per block, at most ~128 chunks.
+inline int64_t col_rows_per(int64_t N) { return std::max<int64_t>(64, (N + 127) / 128); }
+// o0[c] (+)= sum_r F(r, c).x and o1[c] (+)= sum_r F(r, c).y (either may be null; acc: add, else overwrite).
 template <class F>
-void column_sums(F f, int64_t N, int64_t C, float* o0, float* o1) {
-  if (N <= 0 || C <= 0) return;
-  const int64_t rows_per = std::max<int64_t>(64, (N + 127) / 128), chunks = (N + rows_per - 1) / rows_per;
+void column_sums(F f, int64_t N, int64_t C, float* o0, float* o1, bool acc = true) {
+  if (C <= 0) return;
+  if (N <= 0) {
+    if (!acc) {
+      if (o0) ZR_CUDA(cudaMemsetAsync(o0, 0, static_cast<size_t>(C) * 4));
+      if (o1) ZR_CUDA(cudaMemsetAsync(o1, 0, static_cast<size_t>(C) * 4));
+    }
+    return;
+  }
+  const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per;
   DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);  // every entry is written
   dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
   k_col_partial<<<grid, dim3(32, kColRows)>>>(f, N, C, rows_per, part.p);
   ZR_CUDA(cudaGetLastError());
-  LAUNCH(k_col_final, C, part.p, chunks, C, o0, o1);
+  LAUNCH(k_col_final, C, part.p, chunks, C, o0, o1, acc);
 }
 
 class CudaBackend : public Backend {
@@ -497,17 +538,24 @@ class CudaBackend : public Backend {
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
-  void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N,
+  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                   int64_t in, int64_t out, const uint16_t* x16) override {
+    const float dx_beta = dx.acc ? 1.f : 0.f;
     if (mm_ == DType::F32) {
-      if (dx) gemm(false, false, N, in, out, 1.f, dy, w, 1.f, dx);
+      if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_beta, dx.p);
       if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
-    } else {  // dy is rounded once for both products; x comes rounded from the forward when it was kept
-      Half dyh = to16(dy, N * out);
+    } else {  // dy is rounded once for both products (summing its columns for db in the same pass)
+      Half dyh(static_cast<size_t>(N * out), false);
+      if (db && N > 0) {
+        round16_colsum(dy, dyh.p, N, out, db);
+        db = nullptr;
+      } else {
+        round16(dy, dyh.p, N * out);
+      }
       if (dx) {
         Half wh = to16(w, out * in);
         profile::Scope ps(".. cublasLt linear dx");
-        lt().run(mm_, false, false, N, in, out, dyh.p, out, wh.p, in, 1.f, dx, in, nullptr);
+        lt().run(mm_, false, false, N, in, out, dyh.p, out, wh.p, in, dx_beta, dx.p, in, nullptr);
       }
       if (dw) {
         Half xh = x16 ? Half() : to16(x, N * in);
@@ -527,17 +575,17 @@ class CudaBackend : public Backend {
     else
       LAUNCH(k_add, n, a, b, y, n, nb);
   }
-  void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb) override {
-    if (da) elementwise<true>(AccA{}, dy, nullptr, da, n);
+  void add_bwd(const float* dy, Grad da, Grad db, int64_t n, int64_t nb) override {
+    if (da) pass_grad(dy, da, n);
     if (db) {
       if (nb == n)
-        elementwise<true>(AccA{}, dy, nullptr, db, n);
+        pass_grad(dy, db, n);
       else
-        column_sums(ColOf{dy}, n / nb, nb, db, nullptr);
+        column_sums(ColOf{dy}, n / nb, nb, db.p, nullptr, db.acc);
     }
   }
   void mul_fwd(const float* a, const float* b, float* y, int64_t n) override { LAUNCH(k_mul, n, a, b, y, n); }
-  void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n) override {
+  void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) override {
     LAUNCH(k_mul_bwd, n, a, b, dy, da, db, n);
   }
   void act_fwd(Act act, const float* x, float* y, int64_t n) override {
@@ -550,14 +598,14 @@ class CudaBackend : public Backend {
         return elementwise<false>(ActF<2>{}, x, nullptr, y, n);
     }
   }
-  void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n) override {
+  void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) override {
     switch (act) {
       case Act::Gelu:
-        return elementwise<true>(ActB<0>{}, x, dy, dx, n);
+        return dx.acc ? elementwise<true>(ActB<0>{}, x, dy, dx.p, n) : elementwise<false>(ActBW<0>{}, x, dy, dx.p, n);
       case Act::Relu:
-        return elementwise<true>(ActB<1>{}, x, dy, dx, n);
+        return dx.acc ? elementwise<true>(ActB<1>{}, x, dy, dx.p, n) : elementwise<false>(ActBW<1>{}, x, dy, dx.p, n);
       default:
-        return elementwise<true>(ActB<2>{}, x, dy, dx, n);
+        return dx.acc ? elementwise<true>(ActB<2>{}, x, dy, dx.p, n) : elementwise<false>(ActBW<2>{}, x, dy, dx.p, n);
     }
   }
   void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
@@ -566,10 +614,10 @@ class CudaBackend : public Backend {
     k_ln_fwd<<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps);
     ZR_CUDA(cudaGetLastError());
   }
-  void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, float* dx,
+  void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, Grad dx,
                      float* dw, float* db, int64_t N, int64_t C) override {
     if (!N) return;
-    if (dx) k_ln_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx, N, C);
+    if (dx) k_ln_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C);
     if (dw || db) column_sums(LnWB{x, mean, rstd, dy}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
   }
@@ -578,10 +626,10 @@ class CudaBackend : public Backend {
     k_rms_fwd<<<rows_grid(N), kTpb>>>(x, w, y, rstd, N, C, eps);
     ZR_CUDA(cudaGetLastError());
   }
-  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int64_t N,
+  void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, Grad dx, float* dw, int64_t N,
                    int64_t C) override {
     if (!N) return;
-    if (dx) k_rms_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, rstd, dy, dx, N, C);
+    if (dx) k_rms_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, rstd, dy, dx.p, dx.acc, N, C);
     if (dw) column_sums(LnWB{x, nullptr, rstd, dy}, N, C, dw, nullptr);
     ZR_CUDA(cudaGetLastError());
   }
@@ -601,8 +649,9 @@ class CudaBackend : public Backend {
                    hs, H);
     }
   }
-  void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
+  void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv_g, int64_t B, int64_t T,
                      int64_t C, int64_t H) override {
+    float* dqkv = zeroed_unless_acc(dqkv_g, B * T * 3 * C);  // the products below accumulate
     const int64_t hs = C / H, C3 = 3 * C, TT = T * T;
     const float scale = 1.f / std::sqrt(static_cast<float>(hs));
     DevBuf<float> dP(static_cast<size_t>(H * TT));
@@ -628,14 +677,15 @@ class CudaBackend : public Backend {
     } else
       flash::forward(qkv, out, lse, B, T, C, H);
   }
-  void flash_attention_bwd(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
+  void flash_attention_bwd(const float* qkv, const float* out, const float* lse, const float* dout, Grad dqkv,
                            int64_t B, int64_t T, int64_t C, int64_t H) override {
     DevBuf<float> delta(static_cast<size_t>(B * H * T), false);
     if (tensor_core_attention(C / H)) {
       DevBuf<uint16_t> scratch(static_cast<size_t>(flash::tc_scratch_elems(B, T, H)), false);
-      flash::tc_backward(mm_ == DType::BF16, qkv, out, lse, dout, dqkv, delta.p, scratch.p, B, T, C, H);
-    } else
-      flash::backward(qkv, out, lse, dout, dqkv, delta.p, B, T, C, H);
+      flash::tc_backward(mm_ == DType::BF16, qkv, out, lse, dout, dqkv.p, dqkv.acc, delta.p, scratch.p, B, T, C, H);
+    } else {
+      flash::backward(qkv, out, lse, dout, zeroed_unless_acc(dqkv, B * T * 3 * C), delta.p, B, T, C, H);
+    }
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
     DevBuf<int> bad(1);
@@ -668,15 +718,15 @@ class CudaBackend : public Backend {
     return s / static_cast<double>(N);
   }
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                         float* dlogits, int64_t N, int64_t V) override {
+                         Grad dlogits, int64_t N, int64_t V) override {
     if (!N) return;
-    k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits, N, V);
+    k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.p, dlogits.acc, N, V);
     ZR_CUDA(cudaGetLastError());
   }
   double mse_fwd(const float* pred, const float* target, int64_t n) override {
     return sum_sq(pred, target, n) / static_cast<double>(n);
   }
-  void mse_bwd(const float* pred, const float* target, const float* dloss, float* dpred, int64_t n) override {
+  void mse_bwd(const float* pred, const float* target, const float* dloss, Grad dpred, int64_t n) override {
     LAUNCH(k_mse_bwd, n, pred, target, dloss, dpred, n);
   }
   void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
@@ -712,6 +762,28 @@ class CudaBackend : public Backend {
   }
 
  private:
+  // dst (+)= src: a plain copy when overwriting.
+  void pass_grad(const float* src, Grad dst, int64_t n) {
+    if (dst.acc)
+      elementwise<true>(AccA{}, src, nullptr, dst.p, n);
+    else if (n > 0)
+      ZR_CUDA(cudaMemcpyAsync(dst.p, src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice));
+  }
+  // For kernels that only accumulate: zero an overwrite target first.
+  float* zeroed_unless_acc(Grad g, int64_t n) {
+    if (g.p && !g.acc && n > 0) ZR_CUDA(cudaMemsetAsync(g.p, 0, static_cast<size_t>(n) * 4));
+    return g.p;
+  }
+  // d = 16-bit dy and db[c] += sum_r dy[r, c], one read of dy.
+  void round16_colsum(const float* dy, uint16_t* d, int64_t N, int64_t C, float* db) {
+    profile::Scope ps(".. to16 + bias grad");
+    const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per;
+    DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
+    dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
+    k_to16_colsum<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
+    ZR_CUDA(cudaGetLastError());
+    LAUNCH(k_col_final, C, part.p, chunks, C, db, nullptr, true);
+  }
   // 16-bit runs use the tensor-core kernels where the head size allows.
   bool tensor_core_attention(int64_t hs) const { return mm_ != DType::F32 && flash::tc_supported(hs); }
   double sum_sq(const float* a, const float* b, int64_t n) {

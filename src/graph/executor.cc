@@ -1,6 +1,7 @@
 // Runs a validated graph: forward in node order, backward in reverse with
 // gradient accumulation, block hooks, and activation checkpointing
 // (a checkpointed block drops what it saved and recomputes in backward).
+#include <algorithm>
 #include <set>
 
 #include "kernels/backend.h"
@@ -111,12 +112,21 @@ void Executor::backward(float loss_grad) {
       for (size_t k = 0; k < node_out_[i].size(); ++k)
         if (!c.dout[k].defined())
           c.dout[k] = Tensor::zeros(c.out[k].shape(), DType::F32, MemCategory::Activations, c.out[k].device());
-      for (auto v : node_in_[i]) {
+      for (size_t k = 0; k < node_in_[i].size(); ++k) {
+        const size_t v = node_in_[i][k];
         c.in.push_back(values_[v]);
         Tensor& gv = value_grads_[v];
-        if (!gv.defined() && values_[v].dtype() == DType::F32)
-          gv = Tensor::zeros(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device());
+        bool acc = true;
+        if (!gv.defined() && values_[v].dtype() == DType::F32) {
+          // The first gradient written into a value needs no zero-fill when the op overwrites it, unless
+          // the value is this node's input twice (both writes would then have to be ordered).
+          const bool twice = std::count(node_in_[i].begin(), node_in_[i].end(), v) > 1;
+          acc = twice || !ops_[i]->writes_grad(k);
+          gv = acc ? Tensor::zeros(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device())
+                   : Tensor::empty(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device());
+        }
         c.din.push_back(gv);
+        c.din_acc.push_back(acc);
       }
       for (auto& [role, name] : n.params) {
         c.params[role] = params_[name];

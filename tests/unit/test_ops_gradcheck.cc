@@ -120,6 +120,27 @@ void check_op(Node node, const std::vector<Arg>& inputs, const std::map<std::str
   for (size_t k = 0; k < inputs.size(); ++k)
     if (inputs[k].dtype == DType::F32) compare(in64[k], c.din[k], 1.0, "input " + std::to_string(k));
   for (auto& [k, v] : p64) compare(v, c.dparams[k], 0.0, "param " + k);
+
+  // Overwrite mode: inputs the op claims to write get NaN-filled fresh gradients (din_acc false),
+  // and must come out as the plain gradient (a NaN left anywhere fails the comparison).
+  bool any_write = false;
+  c.din_acc.clear();
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const bool w = inputs[k].dtype == DType::F32 && op.writes_grad(k);
+    any_write = any_write || w;
+    c.din_acc.push_back(!w);
+    if (w)
+      for (int64_t i = 0; i < c.din[k].numel(); ++i) c.din[k].f32()[i] = std::nanf("");
+    else if (c.din[k].defined())
+      for (int64_t i = 0; i < c.din[k].numel(); ++i) c.din[k].f32()[i] = 1.f;
+  }
+  if (!any_write) return;
+  for (auto& [k, t] : c.dparams) t = Tensor::zeros(t.shape(), DType::F32);
+  op.backward(c);
+  for (size_t k = 0; k < inputs.size(); ++k)
+    if (inputs[k].dtype == DType::F32)
+      compare(in64[k], c.din[k], c.din_acc[k] ? 1.0 : 0.0, "input " + std::to_string(k) + " (overwrite mode)");
+  for (auto& [k, v] : p64) compare(v, c.dparams[k], 0.0, "param " + k + " (overwrite mode)");
 }
 
 Node make_node(const std::string& op, json attrs = json::object()) {

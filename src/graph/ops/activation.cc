@@ -17,8 +17,9 @@ class Activation : public Op {
     be(c).act_fwd(act_, c.in[0].f32(), y.f32(), y.numel());
     c.out = {y};
   }
+  bool writes_grad(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
-    if (c.din[0].defined()) be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), c.din[0].f32(), c.in[0].numel());
+    if (c.din[0].defined()) be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());
   }
 
  private:

@@ -20,9 +20,9 @@ class Add : public Op {
     be(c).add_fwd(c.in[0].f32(), c.in[1].f32(), y.f32(), y.numel(), c.in[1].numel());
     c.out = {y};
   }
+  bool writes_grad(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
-    be(c).add_bwd(c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
-                  c.din[1].defined() ? c.din[1].f32() : nullptr, c.in[0].numel(), c.in[1].numel());
+    be(c).add_bwd(c.dout[0].f32(), grad_of(c, 0), grad_of(c, 1), c.in[0].numel(), c.in[1].numel());
   }
 };
 }  // namespace

@@ -36,13 +36,13 @@ class Linear : public Op {
     c.out = {y};
     *c.saved = {x16};
   }
+  bool writes_grad(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];
     const Tensor& w = c.param("weight");
     Tensor dw = c.dparam("weight"), db = c.dparam("bias");
     const Tensor& x16 = (*c.saved)[0];
-    be(c).linear_bwd(x.f32(), w.f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
-                     dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()), w.dim(1),
+    be(c).linear_bwd(x.f32(), w.f32(), c.dout[0].f32(), grad_of(c, 0), dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()), w.dim(1),
                      w.dim(0), x16.defined() ? static_cast<const uint16_t*>(x16.raw()) : nullptr);
   }
 };

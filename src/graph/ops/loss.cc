@@ -31,10 +31,11 @@ class CrossEntropy : public Op {
     c.out = {scalar(c, be(c).cross_entropy_fwd(c.in[0].f32(), t, lse.f32(), N, V))};
     c.saved->push_back(lse);
   }
+  bool writes_grad(size_t input) const override { return input == 0; }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
-    be(c).cross_entropy_bwd(c.in[0].f32(), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), c.din[0].f32(), N, V);
+    be(c).cross_entropy_bwd(c.in[0].f32(), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), N, V);
   }
 };
 
@@ -53,9 +54,10 @@ class Mse : public Op {
   void forward(NodeCtx& c) const override {
     c.out = {scalar(c, be(c).mse_fwd(c.in[0].f32(), c.in[1].f32(), c.in[0].numel()))};
   }
+  bool writes_grad(size_t input) const override { return input == 0; }  // the target gets no gradient
   void backward(NodeCtx& c) const override {
     if (c.din[0].defined())
-      be(c).mse_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), c.din[0].f32(), c.in[0].numel());
+      be(c).mse_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());
   }
 };
 }  // namespace

@@ -41,17 +41,19 @@ class Matmul : public Op {
                  y.f32() + i * d.M * d.N);
     c.out = {y};
   }
+  bool writes_grad(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
     Dims d = dims_of(c.in[0].shape(), c.in[1].shape());
     const float *a = c.in[0].f32(), *b = c.in[1].f32(), *dy = c.dout[0].f32();
+    const kernels::Grad da = grad_of(c, 0), db = grad_of(c, 1);
     for (int64_t i = 0; i < d.batch; ++i) {
       const float* dyi = dy + i * d.M * d.N;
       const float* bi = b + (d.shared_b ? 0 : i * d.K * d.N);
-      if (c.din[0].defined())  // da += dy b^T
-        be(c).gemm(false, true, d.M, d.K, d.N, 1.f, dyi, bi, 1.f, c.din[0].f32() + i * d.M * d.K);
-      if (c.din[1].defined())  // db += a^T dy
-        be(c).gemm(true, false, d.K, d.N, d.M, 1.f, a + i * d.M * d.K, dyi, 1.f,
-                   c.din[1].f32() + (d.shared_b ? 0 : i * d.K * d.N));
+      if (da)  // da (+)= dy b^T
+        be(c).gemm(false, true, d.M, d.K, d.N, 1.f, dyi, bi, da.acc ? 1.f : 0.f, da.p + i * d.M * d.K);
+      if (db)  // db (+)= a^T dy; a shared b sums over the batch after the first product
+        be(c).gemm(true, false, d.K, d.N, d.M, 1.f, a + i * d.M * d.K, dyi, db.acc || (d.shared_b && i > 0) ? 1.f : 0.f,
+                   db.p + (d.shared_b ? 0 : i * d.K * d.N));
     }
   }
 };

@@ -19,9 +19,9 @@ class Mul : public Op {
     be(c).mul_fwd(c.in[0].f32(), c.in[1].f32(), y.f32(), y.numel());
     c.out = {y};
   }
+  bool writes_grad(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
-    be(c).mul_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), c.din[0].defined() ? c.din[0].f32() : nullptr,
-                  c.din[1].defined() ? c.din[1].f32() : nullptr, c.in[0].numel());
+    be(c).mul_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), grad_of(c, 0), grad_of(c, 1), c.in[0].numel());
   }
 };
 }  // namespace

@@ -16,6 +16,7 @@ class NormBase : public Op {
     ZR_CHECK(attr_float(n, "eps", 1e-5f) > 0.f, "attribute 'eps' must be positive");
     return {in[0]};
   }
+  bool writes_grad(size_t) const override { return true; }
 };
 
 class LayerNorm : public NormBase {
@@ -37,7 +38,7 @@ class LayerNorm : public NormBase {
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor dw = c.dparam("weight"), db = c.dparam("bias");
     be(c).layernorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), (*c.saved)[1].f32(), c.dout[0].f32(),
-                        c.din[0].defined() ? c.din[0].f32() : nullptr, dw.defined() ? dw.f32() : nullptr,
+                        grad_of(c, 0), dw.defined() ? dw.f32() : nullptr,
                         db.defined() ? db.f32() : nullptr, N, C);
   }
 };
@@ -58,7 +59,7 @@ class RmsNorm : public NormBase {
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor dw = c.dparam("weight");
     be(c).rmsnorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), c.dout[0].f32(),
-                      c.din[0].defined() ? c.din[0].f32() : nullptr, dw.defined() ? dw.f32() : nullptr, N, C);
+                      grad_of(c, 0), dw.defined() ? dw.f32() : nullptr, N, C);
   }
 };
 }  // namespace

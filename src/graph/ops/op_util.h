@@ -38,6 +38,11 @@ inline Device device_of(const NodeCtx& c) {
   return d;
 }
 inline kernels::Backend& be(const NodeCtx& c) { return kernels::backend(device_of(c)); }
+// Input k's gradient for a backend call: null when not wanted; overwrite or accumulate per din_acc.
+inline kernels::Grad grad_of(const NodeCtx& c, size_t k) {
+  if (k >= c.din.size() || !c.din[k].defined()) return {};
+  return {c.din[k].f32(), k >= c.din_acc.size() || c.din_acc[k]};
+}
 // Every id in [0, V): on the CPU naming the first bad id and its position, on a
 // GPU by one device-side check. `what` is "token" or "target".
 inline void check_ids(const NodeCtx& c, const int32_t* id, int64_t N, int64_t V, const char* what) {
