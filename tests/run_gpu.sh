@@ -7,6 +7,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTD=${1:-${OUT:-/tmp}}
 source tests/device_env.sh
+export ZERORUN_POISON_UNINIT=1  # unwritten tensors are NaN, so a read before a write fails
 BIN=.devbuild/bin
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 "$BIN/zerorun" report

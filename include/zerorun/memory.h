@@ -41,7 +41,9 @@ struct Device {
 class HostBuffer {
  public:
   HostBuffer() = default;
-  HostBuffer(size_t bytes, MemCategory cat, Device dev = Device::cpu());
+  // zero: fill with zeros; else leave uninitialised (filled with 0xFF bytes, NaN, when the
+  // environment sets ZERORUN_POISON_UNINIT=1, as the tests do, so a read-before-write shows).
+  HostBuffer(size_t bytes, MemCategory cat, Device dev = Device::cpu(), bool zero = true);
   ~HostBuffer();
   HostBuffer(const HostBuffer&) = delete;
   HostBuffer& operator=(const HostBuffer&) = delete;

@@ -26,6 +26,9 @@ class Tensor {
                       Device dev = Device::cpu()) {
     return empty(shape, dt, cat, dev);  // storage is zero-initialised
   }
+  // Uninitialised storage, for outputs a kernel writes in full (no fill pass over the bytes).
+  static Tensor uninit(const Shape& shape, DType dt, MemCategory cat = MemCategory::Activations,
+                       Device dev = Device::cpu());
   // A view of `numel(shape)` elements starting at element `offset` of `base`.
   static Tensor view_of(const Tensor& base, int64_t offset, const Shape& shape);
 
@@ -54,6 +57,7 @@ class Tensor {
   Tensor to(Device dev, MemCategory cat = MemCategory::Buffers) const;
 
  private:
+  static Tensor alloc(const Shape& shape, DType dt, MemCategory cat, Device dev, bool zero);
   std::shared_ptr<HostBuffer> storage_;
   int64_t offset_ = 0;
   Shape shape_;

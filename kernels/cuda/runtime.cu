@@ -83,6 +83,10 @@ void device_memset0(void* p, size_t bytes) {
   if (bytes) ZR_CUDA(cudaMemset(p, 0, bytes));
 }
 
+void device_fill_ff(void* p, size_t bytes) {
+  if (bytes) ZR_CUDA(cudaMemset(p, 0xFF, bytes));
+}
+
 void copy(void* dst, const void* src, size_t bytes) {
   if (bytes) ZR_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
 }

@@ -55,10 +55,23 @@ void mem_record(MemCategory c, int64_t delta, bool device) {
   if (s.total_current > s.total_peak) s.total_peak = s.total_current;
 }
 
-HostBuffer::HostBuffer(size_t bytes, MemCategory cat, Device dev) : dev_(dev), bytes_(bytes), cat_(cat) {
+namespace {
+bool poison_uninit() {
+  static const bool on = [] {
+    const char* e = std::getenv("ZERORUN_POISON_UNINIT");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
+}  // namespace
+
+HostBuffer::HostBuffer(size_t bytes, MemCategory cat, Device dev, bool zero) : dev_(dev), bytes_(bytes), cat_(cat) {
   if (dev.is_cuda()) {
     ptr_ = cuda::device_alloc(bytes, dev.index);
-    cuda::device_memset0(ptr_, bytes);
+    if (zero)
+      cuda::device_memset0(ptr_, bytes);
+    else if (poison_uninit())
+      cuda::device_fill_ff(ptr_, bytes);
     mem_record(cat_, static_cast<int64_t>(bytes_), true);
     return;
   }
@@ -66,7 +79,7 @@ HostBuffer::HostBuffer(size_t bytes, MemCategory cat, Device dev) : dev_(dev), b
   if (rounded == 0) rounded = 64;
   ptr_ = std::aligned_alloc(64, rounded);
   if (!ptr_) ZR_FAIL("out of host memory allocating ", bytes, " bytes for ", mem_category_name(cat));
-  std::memset(ptr_, 0, rounded);
+  if (zero || poison_uninit()) std::memset(ptr_, zero ? 0 : 0xFF, rounded);
   mem_record(cat_, static_cast<int64_t>(bytes_));
 }
 

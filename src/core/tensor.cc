@@ -19,13 +19,19 @@ std::string shape_str(const Shape& s) {
   return r + "]";
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dt, MemCategory cat, Device dev) {
+Tensor Tensor::alloc(const Shape& shape, DType dt, MemCategory cat, Device dev, bool zero) {
   for (auto d : shape) ZR_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dt;
-  t.storage_ = std::make_shared<HostBuffer>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dt), cat, dev);
+  t.storage_ = std::make_shared<HostBuffer>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dt), cat, dev, zero);
   return t;
+}
+Tensor Tensor::empty(const Shape& shape, DType dt, MemCategory cat, Device dev) {
+  return alloc(shape, dt, cat, dev, true);
+}
+Tensor Tensor::uninit(const Shape& shape, DType dt, MemCategory cat, Device dev) {
+  return alloc(shape, dt, cat, dev, false);
 }
 
 Tensor Tensor::view_of(const Tensor& base, int64_t offset, const Shape& shape) {

@@ -123,7 +123,7 @@ void Executor::backward(float loss_grad) {
           const bool twice = std::count(node_in_[i].begin(), node_in_[i].end(), v) > 1;
           acc = twice || !ops_[i]->writes_grad(k);
           gv = acc ? Tensor::zeros(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device())
-                   : Tensor::empty(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device());
+                   : Tensor::uninit(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device());
         }
         c.din.push_back(gv);
         c.din_acc.push_back(acc);

@@ -30,7 +30,7 @@ class Linear : public Op {
     // 16-bit products: the input is rounded once here and the rounded copy (half the bytes) kept for dW.
     const DType mm = be(c).matmul_dtype();
     Tensor x16;
-    if (mm != DType::F32) x16 = Tensor::empty({x.numel()}, mm, MemCategory::Activations, device_of(c));
+    if (mm != DType::F32) x16 = Tensor::uninit({x.numel()}, mm, MemCategory::Activations, device_of(c));
     be(c).linear_fwd(x.f32(), w.f32(), b, y.f32(), rows_of(x.shape()), w.dim(1), w.dim(0),
                      x16.defined() ? static_cast<uint16_t*>(x16.raw()) : nullptr);
     c.out = {y};

@@ -27,7 +27,7 @@ class CrossEntropy : public Op {
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
     const int32_t* t = c.in[1].i32();
     check_ids(c, t, N, V, "target");
-    Tensor lse = Tensor::empty({N}, DType::F32, MemCategory::Activations, device_of(c));
+    Tensor lse = Tensor::uninit({N}, DType::F32, MemCategory::Activations, device_of(c));
     c.out = {scalar(c, be(c).cross_entropy_fwd(c.in[0].f32(), t, lse.f32(), N, V))};
     c.saved->push_back(lse);
   }

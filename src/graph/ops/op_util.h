@@ -27,7 +27,8 @@ inline int64_t attr_int(const Node& n, const char* key) {
   ZR_CHECK(n.attrs.contains(key) && n.attrs[key].is_number_integer(), "attribute '", key, "' must be an integer");
   return n.attrs[key].get<int64_t>();
 }
-inline Tensor new_out(const Shape& s, Device d) { return Tensor::empty(s, DType::F32, MemCategory::Activations, d); }
+// Op outputs are written in full by their kernels: no zero-fill.
+inline Tensor new_out(const Shape& s, Device d) { return Tensor::uninit(s, DType::F32, MemCategory::Activations, d); }
 // The device an op runs on: that of its first input; every input and param must be there too.
 inline Device device_of(const NodeCtx& c) {
   Device d = c.in.at(0).device();
