@@ -35,12 +35,12 @@ class Backend {
   virtual void gemm_strided(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                             int64_t sA, const float* B, int64_t ldb, int64_t sB, float beta, float* C, int64_t ldc,
                             int64_t sC, int64_t batch) = 0;
-  // y [N, out] = x [N, in] w^T (+ b). x16: where a 16-bit run (matmul_dtype() != F32) leaves x rounded to
-  // that dtype (N * in elements) for the backward, or null; the backward takes it back as x16 (or null).
+  // y [N, out] = x [N, in] w^T (+ b). x16 / w16: where a 16-bit run (matmul_dtype() != F32) leaves x and w
+  // rounded to that dtype (N * in, out * in elements) for the backward, or null; the backward takes them back.
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                          uint16_t* x16) = 0;
+                          uint16_t* x16, uint16_t* w16) = 0;
   virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
-                          int64_t in, int64_t out, const uint16_t* x16) = 0;
+                          int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16) = 0;
   virtual void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) = 0;
   virtual void add_bwd(const float* dy, Grad da, Grad db, int64_t n, int64_t nb) = 0;
   virtual void mul_fwd(const float* a, const float* b, float* y, int64_t n) = 0;
@@ -85,6 +85,11 @@ class Backend {
   virtual void accumulate(float* acc, const float* x, int64_t n) = 0;  // acc += x
   virtual double sum_squares(const float* x, int64_t n) = 0;
   virtual bool all_finite(const float* x, int64_t n) = 0;
+  // Both in one pass where the backend can: *finite = all_finite(x); the sum of squares (0 if not finite).
+  virtual double finite_sum_squares(const float* x, int64_t n, bool* finite) {
+    *finite = all_finite(x, n);
+    return *finite ? sum_squares(x, n) : 0.0;
+  }
   virtual void round_to(DType dt, const float* src, float* dst, int64_t n) = 0;  // dst = round(src)
   // Writes one f32 scalar (e.g. a loss gradient) at p.
   virtual void set_scalar(float* p, float v) = 0;

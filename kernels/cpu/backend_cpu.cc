@@ -31,11 +31,12 @@ class CpuBackend : public Backend {
                   A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* /*x16: fp32 products*/) override {
+                  uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/) override {
     cpu::linear_fwd(x, w, b, y, N, in, out);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
-                  int64_t in, int64_t out, const uint16_t* /*x16: fp32 products*/) override {
+                  int64_t in, int64_t out, const uint16_t* /*x16*/,
+                  const uint16_t* /*w16: fp32 products*/) override {
     cpu::linear_bwd(x, w, dy, acc_ptr(dx, N * in), dw, db, N, in, out);
   }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {

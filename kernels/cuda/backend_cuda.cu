@@ -63,7 +63,7 @@ __device__ inline float block_sum(float v) {
 // ---- elementwise --------------------------------------------------------------
 // Memory-bound maps run 4 elements per thread through float4 loads when every
 // pointer is 16-byte aligned (views at odd offsets take the scalar kernel).
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+__host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 __device__ inline float4 ld4(const float* p, int64_t i) { return reinterpret_cast<const float4*>(p)[i]; }
 __device__ inline void st4(float* p, int64_t i, float4 v) { reinterpret_cast<float4*>(p)[i] = v; }
 
@@ -223,13 +223,29 @@ __global__ void k_col_partial(F f, int64_t N, int64_t C, int64_t rows_per, float
     part[(2 * blockIdx.y + 1) * C + c] = b;
   }
 }
+// Adds the chunks' partial sums: block (32 columns, kFinalRows), each thread row sums every
+// kFinalRows-th chunk, then the rows are added in a fixed order (reproducible, no atomics).
+constexpr int kFinalRows = 32;
 __global__ void k_col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o1, bool acc) {
-  GRID_STRIDE(c, C) {
-    float a = 0.f, b = 0.f;
-    for (int64_t k = 0; k < chunks; ++k) a += part[2 * k * C + c], b += part[(2 * k + 1) * C + c];
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float a = 0.f, b = 0.f;
+  if (c < C)
+    for (int64_t k = threadIdx.y; k < chunks; k += kFinalRows) a += part[2 * k * C + c], b += part[(2 * k + 1) * C + c];
+  __shared__ float sh[2][kFinalRows][33];
+  sh[0][threadIdx.y][threadIdx.x] = a;
+  sh[1][threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    a = 0.f, b = 0.f;
+    for (int k = 0; k < kFinalRows; ++k) a += sh[0][k][threadIdx.x], b += sh[1][k][threadIdx.x];
     if (o0) o0[c] = (acc ? o0[c] : 0.f) + a;
     if (o1) o1[c] = (acc ? o1[c] : 0.f) + b;
   }
+}
+void col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o1, bool acc) {
+  if (C <= 0) return;
+  k_col_final<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kFinalRows)>>>(part, chunks, C, o0, o1, acc);
+  ZR_CUDA(cudaGetLastError());
 }
 // The linear backward's dy rounded to 16 bits (d) in the same pass that sums its
 // columns for the bias gradient (partials as k_col_partial's, .y unused).
@@ -427,6 +443,38 @@ __global__ void k_sgd(float* p, const float* g, float* buf, int64_t n, float lr,
   }
 }
 __global__ void k_scale(float* x, float s, int64_t n) { GRID_STRIDE(i, n) x[i] *= s; }
+// Sum of squares in f64 (a huge finite value cannot overflow it) and a flag for any inf/nan, one read.
+__global__ void k_finite_sumsq(const float* x, int64_t n, double* out, int* bad) {
+  double s = 0.0;
+  bool ok = true;
+  if (aligned16(x)) {
+    GRID_STRIDE(i, n / 4) {
+      const float4 v = ld4(x, i);
+      ok = ok && isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w);
+      s += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+    }
+    for (int64_t i = n / 4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+      ok = ok && isfinite(x[i]);
+      s += (double)x[i] * x[i];
+    }
+  } else {
+    GRID_STRIDE(i, n) {
+      ok = ok && isfinite(x[i]);
+      s += (double)x[i] * x[i];
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if (!__all_sync(0xffffffffu, ok) && (threadIdx.x & 31) == 0) atomicExch(bad, 1);
+  __shared__ double sh[32];
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double t = 0.0;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) t += sh[w];
+    atomicAdd(out, t);
+  }
+}
 __global__ void k_finite(const float* x, int64_t n, int* bad) {
   GRID_STRIDE(i, n) if (!isfinite(x[i])) atomicExch(bad, 1);
 }
@@ -489,7 +537,7 @@ void column_sums(F f, int64_t N, int64_t C, float* o0, float* o1, bool acc = tru
   dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
   k_col_partial<<<grid, dim3(32, kColRows)>>>(f, N, C, rows_per, part.p);
   ZR_CUDA(cudaGetLastError());
-  LAUNCH(k_col_final, C, part.p, chunks, C, o0, o1, acc);
+  col_final(part.p, chunks, C, o0, o1, acc);
 }
 
 class CudaBackend : public Backend {
@@ -526,20 +574,21 @@ class CudaBackend : public Backend {
     gemm16(ta, tb, M, N, K, alpha, a.p, lda, sA, b.p, ldb, sB, beta, C, ldc, sC, batch);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* x16) override {
+                  uint16_t* x16, uint16_t* w16) override {
     if (N == 0 || out == 0) return;
     if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue; x rounded into x16 when the caller keeps it
-      Half xh = x16 ? Half() : to16(x, N * in), wh = to16(w, out * in);
+      Half xh = x16 ? Half() : to16(x, N * in), wh = w16 ? Half() : to16(w, out * in);
       if (x16) round16(x, x16, N * in);
+      if (w16) round16(w, w16, out * in);
       profile::Scope ps(".. cublasLt linear fwd");
-      lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, wh.p, in, 0.f, y, out, b);
+      lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y, out, b);
       return;
     }
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
-                  int64_t in, int64_t out, const uint16_t* x16) override {
+                  int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16) override {
     const float dx_beta = dx.acc ? 1.f : 0.f;
     if (mm_ == DType::F32) {
       if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_beta, dx.p);
@@ -553,9 +602,9 @@ class CudaBackend : public Backend {
         round16(dy, dyh.p, N * out);
       }
       if (dx) {
-        Half wh = to16(w, out * in);
+        Half wh = w16 ? Half() : to16(w, out * in);
         profile::Scope ps(".. cublasLt linear dx");
-        lt().run(mm_, false, false, N, in, out, dyh.p, out, wh.p, in, dx_beta, dx.p, in, nullptr);
+        lt().run(mm_, false, false, N, in, out, dyh.p, out, w16 ? w16 : wh.p, in, dx_beta, dx.p, in, nullptr);
       }
       if (dw) {
         Half xh = x16 ? Half() : to16(x, N * in);
@@ -740,6 +789,20 @@ class CudaBackend : public Backend {
   void scale_inplace(float* x, float s, int64_t n) override { LAUNCH(k_scale, n, x, s, n); }
   void accumulate(float* acc, const float* x, int64_t n) override { elementwise<true>(AccA{}, x, nullptr, acc, n); }
   double sum_squares(const float* x, int64_t n) override { return sum_sq(x, nullptr, n); }
+  double finite_sum_squares(const float* x, int64_t n, bool* finite) override {
+    *finite = true;
+    if (n <= 0) return 0.0;
+    DevBuf<double> acc(1);
+    DevBuf<int> bad(1);
+    k_finite_sumsq<<<std::min<unsigned>(grid_for((n + 3) / 4), 1024), kTpb>>>(x, n, acc.p, bad.p);
+    ZR_CUDA(cudaGetLastError());
+    double h = 0.0;
+    int b = 0;
+    ZR_CUDA(cudaMemcpy(&h, acc.p, sizeof h, cudaMemcpyDeviceToHost));
+    ZR_CUDA(cudaMemcpy(&b, bad.p, sizeof b, cudaMemcpyDeviceToHost));
+    *finite = b == 0;
+    return *finite ? h : 0.0;
+  }
   bool all_finite(const float* x, int64_t n) override {
     DevBuf<int> bad(1);
     LAUNCH(k_finite, n, x, n, bad.p);
@@ -782,7 +845,7 @@ class CudaBackend : public Backend {
     dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
     k_to16_colsum<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
     ZR_CUDA(cudaGetLastError());
-    LAUNCH(k_col_final, C, part.p, chunks, C, db, nullptr, true);
+    col_final(part.p, chunks, C, db, nullptr, true);
   }
   // 16-bit runs use the tensor-core kernels where the head size allows.
   bool tensor_core_attention(int64_t hs) const { return mm_ != DType::F32 && flash::tc_supported(hs); }

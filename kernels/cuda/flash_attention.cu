@@ -68,16 +68,20 @@ __global__ void k_fwd(const float* qkv, float* out, float* lse, int T, int C, in
   lse[((size_t)b * H + h) * T + t] = m + logf(l);
 }
 
-// D[t] = sum_i dO[t,i] * O[t,i] per (b, h, t).
+// D[t] = sum_i dO[t,i] * O[t,i] per (b, h, t): one warp per (b, t, h), heads fastest, so
+// consecutive warps read consecutive memory and each warp's loads are coalesced.
 __global__ void k_delta(const float* out, const float* dout, float* delta, int B, int T, int C, int H, int hs) {
-  int64_t n = (int64_t)B * H * T;
-  for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < n; idx += (int64_t)gridDim.x * blockDim.x) {
-    int t = idx % T, h = (idx / T) % H, b = idx / ((int64_t)T * H);
-    const float* o = out + ((size_t)b * T + t) * C + h * hs;
-    const float* d = dout + ((size_t)b * T + t) * C + h * hs;
+  const int64_t n = (int64_t)B * H * T, warps = (int64_t)gridDim.x * blockDim.x / 32;
+  const int lane = threadIdx.x & 31;
+  for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; w < n; w += warps) {
+    const int h = w % H;
+    const int64_t bt = w / H;  // b * T + t
+    const float* o = out + bt * C + h * hs;
+    const float* d = dout + bt * C + h * hs;
     float s = 0.f;
-    for (int i = 0; i < hs; ++i) s += o[i] * d[i];
-    delta[idx] = s;
+    for (int i = lane; i < hs; i += 32) s += o[i] * d[i];
+    for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffffu, s, off);
+    if (lane == 0) delta[(bt / T * H + h) * T + bt % T] = s;
   }
 }
 
@@ -208,8 +212,8 @@ void bwd_t(const float* qkv, const float* out, const float* lse, const float* do
 void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H) {
   const int64_t n = B * H * T;
   if (n == 0) return;
-  k_delta<<<(unsigned)std::min<int64_t>((n + 255) / 256, 1 << 16), 256>>>(out, dout, delta, (int)B, (int)T, (int)C,
-                                                                          (int)H, (int)(C / H));
+  k_delta<<<(unsigned)std::min<int64_t>((n + 7) / 8, 1 << 16), 256>>>(out, dout, delta, (int)B, (int)T, (int)C, (int)H,
+                                                                      (int)(C / H));
   ZR_CUDA(cudaGetLastError());
 }
 

@@ -369,8 +369,10 @@ StepStats Engine::train_step(DataSource& data) {
     loss_sum = l;
   }
   st.loss = loss_sum / static_cast<double>(cfg_.gas * W);
-  be().scale_inplace(g, static_cast<float>(1.0 / (scale * W)), gn);
-  float overflow = be().all_finite(g, gn) ? 0.f : 1.f;
+  if (scale * W != 1.0) be().scale_inplace(g, static_cast<float>(1.0 / (scale * W)), gn);
+  bool finite = true;
+  double ss = be().finite_sum_squares(g, gn, &finite);  // one pass: overflow check and the norm's squares
+  float overflow = finite ? 0.f : 1.f;
   comm_.all_reduce(&overflow, 1, DType::F32, ReduceOp::Max);
   ++global_step_;
   st.step = global_step_;
@@ -380,7 +382,6 @@ StepStats Engine::train_step(DataSource& data) {
     scaler_->update(true);
   } else {
     scaler_->update(false);
-    double ss = be().sum_squares(g, gn);
     if (stage_ >= 2 && W > 1) {  // shards: add the squares of every rank
       float f = static_cast<float>(ss);
       comm_.all_reduce(&f, 1, DType::F32, ReduceOp::Sum);
