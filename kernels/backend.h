@@ -8,6 +8,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "zerorun/dtype.h"
+#include "zerorun/error.h"
 #include "zerorun/memory.h"
 
 namespace zerorun::kernels {
@@ -17,12 +18,20 @@ using cpu::Act;
 // Where a backward puts an input's gradient: acc adds to what is there; !acc
 // overwrites, for gradients the executor has just allocated (no zero-fill
 // first, no read of zeros: one write instead of a write, a read and a write).
+// A 16-bit gradient (h, in the backend's matmul dtype; CUDA only) is always overwritten.
 struct Grad {
   float* p = nullptr;
   bool acc = true;
+  uint16_t* h = nullptr;
   Grad() = default;
   Grad(float* ptr, bool accumulate) : p(ptr), acc(accumulate) {}
-  explicit operator bool() const { return p != nullptr; }
+  static Grad half(uint16_t* bits) {
+    Grad g;
+    g.h = bits;
+    g.acc = false;
+    return g;
+  }
+  explicit operator bool() const { return p != nullptr || h != nullptr; }
 };
 
 class Backend {
@@ -37,10 +46,22 @@ class Backend {
                             int64_t sC, int64_t batch) = 0;
   // y [N, out] = x [N, in] w^T (+ b). x16 / w16: where a 16-bit run (matmul_dtype() != F32) leaves x and w
   // rounded to that dtype (N * in, out * in elements) for the backward, or null; the backward takes them back.
+  // x null: the input is already 16-bit, in x16. The backward's dy null: the gradient is 16-bit, in dy16.
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
                           uint16_t* x16, uint16_t* w16) = 0;
   virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
-                          int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16) = 0;
+                          int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16,
+                          const uint16_t* dy16) = 0;
+  // 16-bit activation storage (CUDA in 16-bit runs): outputs written in the matmul dtype, and which
+  // ops can write 16-bit gradients (act_bwd, add_bwd without broadcast, cross_entropy_bwd, and
+  // flash_attention_bwd where attention_grad16 says so) through Grad::half.
+  virtual bool activations16() const { return false; }
+  virtual bool attention_grad16(int64_t /*head_size*/) const { return false; }
+  virtual void act_fwd16(Act, const float*, uint16_t*, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
+  virtual void layernorm_fwd16(const float*, const float*, const float*, uint16_t*, float*, float*, int64_t, int64_t,
+                               float) {
+    ZR_FAIL("16-bit activations are CUDA-only");
+  }
   virtual void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) = 0;
   virtual void add_bwd(const float* dy, Grad da, Grad db, int64_t n, int64_t nb) = 0;
   virtual void mul_fwd(const float* a, const float* b, float* y, int64_t n) = 0;

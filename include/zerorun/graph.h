@@ -45,6 +45,7 @@ struct NodeCtx {
   std::vector<Tensor>* saved = nullptr;  // what forward keeps for backward
   std::vector<Tensor> din, dout;
   std::vector<bool> din_acc;  // per input; missing entries mean "accumulate"
+  std::vector<bool> out16;    // forward: outputs the executor asks for in 16-bit storage (see Op::emits16)
   std::map<std::string, Tensor> dparams;
   const Tensor& param(const std::string& role) const;
   Tensor dparam(const std::string& role) const;  // undefined if no grad wanted
@@ -64,6 +65,13 @@ class Op {
   // True where backward, whenever din[input] is defined, writes all of it (so the
   // executor hands it a fresh, unzeroed gradient with din_acc false the first time).
   virtual bool writes_grad(size_t /*input*/) const { return false; }
+  // 16-bit activation storage (backends with activations16(), i.e. CUDA in bf16/fp16 runs). A value is
+  // stored in 16 bits when its producer emits16 and every consumer takes16 it; its gradient is when it has
+  // one consumer, which writes_grad16 it (fresh, in the matmul dtype), and the producer takes_dout16.
+  virtual bool emits16(size_t /*output*/) const { return false; }
+  virtual bool takes16(size_t /*input*/) const { return false; }
+  virtual bool writes_grad16(const NodeCtx& /*c*/, size_t /*input*/) const { return false; }
+  virtual bool takes_dout16(size_t /*output*/) const { return false; }
   // True for ops whose output is the scalar loss.
   virtual bool is_loss() const { return false; }
 };
@@ -129,6 +137,10 @@ class Executor {
   std::vector<std::pair<size_t, size_t>> block_ranges_;
   std::vector<size_t> node_block_;
   std::vector<int> last_use_;  // node index of a value's last forward consumer
+  // Per value: its (node, input) uses and its producer (node, output), node -1 for graph inputs.
+  std::vector<std::vector<std::pair<size_t, size_t>>> uses_;
+  std::vector<std::pair<int, size_t>> producer_;
+  bool store16(size_t node, size_t out) const;  // forward output kept in 16 bits (Op::emits16)
   size_t loss_id_ = 0;
   bool have_forward_ = false;
 };

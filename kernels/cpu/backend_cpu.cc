@@ -12,6 +12,7 @@ namespace {
 
 // The CPU kernels accumulate; a gradient to be overwritten is zeroed first.
 float* acc_ptr(Grad g, int64_t n) {
+  ZR_CHECK(!g.h, "16-bit gradients are CUDA-only");
   if (g.p && !g.acc) std::memset(g.p, 0, static_cast<size_t>(n) * sizeof(float));
   return g.p;
 }
@@ -32,11 +33,13 @@ class CpuBackend : public Backend {
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
                   uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/) override {
+    ZR_CHECK(x, "16-bit activations are CUDA-only");
     cpu::linear_fwd(x, w, b, y, N, in, out);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                   int64_t in, int64_t out, const uint16_t* /*x16*/,
-                  const uint16_t* /*w16: fp32 products*/) override {
+                  const uint16_t* /*w16: fp32 products*/, const uint16_t* dy16) override {
+    ZR_CHECK(dy && !dy16, "16-bit activations are CUDA-only");
     cpu::linear_bwd(x, w, dy, acc_ptr(dx, N * in), dw, db, N, in, out);
   }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {

@@ -66,6 +66,13 @@ __device__ inline float block_sum(float v) {
 __host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 __device__ inline float4 ld4(const float* p, int64_t i) { return reinterpret_cast<const float4*>(p)[i]; }
 __device__ inline void st4(float* p, int64_t i, float4 v) { reinterpret_cast<float4*>(p)[i] = v; }
+// 16-bit storage: bf (bfloat16) or fp16 bits.
+__device__ inline uint16_t to16_bits(bool bf, float v) {
+  return bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+}
+__device__ inline float from16(bool bf, uint16_t u) {
+  return bf ? __bfloat162float(__ushort_as_bfloat16(u)) : __half2float(__ushort_as_half(u));
+}
 
 // y = f(a, b) (b null: f(a, 0)) when Upd is false; y = f(a, b, y) when true.
 template <bool Upd, class F>
@@ -153,8 +160,33 @@ template <int A>  // dx = dy * act'(x)
 struct ActBW {
   __device__ float operator()(float v, float dy) const { return dy * act_grad<A>(v); }
 };
-__global__ void k_ln_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
-                         int64_t C, float eps) {
+// y16 = f(a, b) stored in 16 bits (b may be null), four elements per thread when aligned.
+template <class F>
+__global__ void k_ew16(F f, bool bf, const float* a, const float* b, uint16_t* y, int64_t n, bool v4) {
+  if (v4) {
+    GRID_STRIDE(i, n / 4) {
+      const float4 x = ld4(a, i), z = b ? ld4(b, i) : make_float4(0, 0, 0, 0);
+      reinterpret_cast<ushort4*>(y)[i] = make_ushort4(to16_bits(bf, f(x.x, z.x)), to16_bits(bf, f(x.y, z.y)),
+                                                      to16_bits(bf, f(x.z, z.z)), to16_bits(bf, f(x.w, z.w)));
+    }
+    for (int64_t i = n / 4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+      y[i] = to16_bits(bf, f(a[i], b ? b[i] : 0.f));
+  } else {
+    GRID_STRIDE(i, n) y[i] = to16_bits(bf, f(a[i], b ? b[i] : 0.f));
+  }
+}
+template <class F>
+void elementwise16(F f, bool bf, const float* a, const float* b, uint16_t* y, int64_t n) {
+  if (n <= 0) return;
+  const bool v4 = aligned16(a) && (!b || aligned16(b)) && reinterpret_cast<uintptr_t>(y) % 8 == 0;
+  k_ew16<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb>>>(f, bf, a, b, y, n, v4);
+  ZR_CUDA(cudaGetLastError());
+}
+// Y: float, or uint16_t for 16-bit storage (bf: bfloat16 bits, else fp16).
+template <class Y>
+__global__ void k_ln_fwd(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd, int64_t N,
+                         int64_t C, float eps, bool bf) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -165,7 +197,13 @@ __global__ void k_ln_fwd(const float* x, const float* w, const float* b, float* 
   float v = 0.f;
   for (int64_t c = lane; c < C; c += 32) v += (xr[c] - m) * (xr[c] - m);
   float rs = rsqrtf(warp_sum(v) / C + eps);
-  for (int64_t c = lane; c < C; c += 32) y[row * C + c] = (xr[c] - m) * rs * w[c] + (b ? b[c] : 0.f);
+  for (int64_t c = lane; c < C; c += 32) {
+    const float v = (xr[c] - m) * rs * w[c] + (b ? b[c] : 0.f);
+    if constexpr (sizeof(Y) == 2)
+      y[row * C + c] = to16_bits(bf, v);
+    else
+      y[row * C + c] = v;
+  }
   if (lane == 0) mean[row] = m, rstd[row] = rs;
 }
 __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, const float* rstd, const float* dy,
@@ -192,6 +230,11 @@ __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, c
 struct ColOf {  // sums dy itself (bias gradients, broadcast add)
   const float* dy;
   __device__ float2 operator()(int64_t r, int64_t c, int64_t C) const { return {dy[r * C + c], 0.f}; }
+};
+struct ColOf16 {  // sums a 16-bit dy (bias gradients from 16-bit gradients)
+  const uint16_t* dy;
+  bool bf;
+  __device__ float2 operator()(int64_t r, int64_t c, int64_t C) const { return {from16(bf, dy[r * C + c]), 0.f}; }
 };
 struct LnWB {  // dw += dy * xhat, db += dy
   const float *x, *mean, *rstd, *dy;
@@ -395,6 +438,27 @@ __global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row
     }
   }
 }
+__global__ void k_ce_bwd16(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                           uint16_t* dlogits, bool bf, int64_t N, int64_t V) {
+  const float* l = logits + blockIdx.x * V;
+  uint16_t* d = dlogits + blockIdx.x * V;
+  const float z = lse[blockIdx.x], scale = *dloss / static_cast<float>(N);
+  const int32_t t = targets[blockIdx.x];
+  if (V % 4 == 0) {
+    const float4* l4 = reinterpret_cast<const float4*>(l);
+    for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
+      const float4 x = l4[v];
+      reinterpret_cast<ushort4*>(d)[v] =
+          make_ushort4(to16_bits(bf, scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f))),
+                       to16_bits(bf, scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f))),
+                       to16_bits(bf, scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f))),
+                       to16_bits(bf, scale * (expf(x.w - z) - (4 * v + 3 == t ? 1.f : 0.f))));
+    }
+  } else {
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
+      d[v] = to16_bits(bf, scale * (expf(l[v] - z) - (v == t ? 1.f : 0.f)));
+  }
+}
 __global__ void k_ce_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                          float* dlogits, bool acc, int64_t N, int64_t V) {
   const float* l = logits + blockIdx.x * V;
@@ -477,9 +541,6 @@ __global__ void k_finite_sumsq(const float* x, int64_t n, double* out, int* bad)
 }
 __global__ void k_finite(const float* x, int64_t n, int* bad) {
   GRID_STRIDE(i, n) if (!isfinite(x[i])) atomicExch(bad, 1);
-}
-__device__ inline uint16_t to16_bits(bool bf, float v) {
-  return bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
 }
 template <bool V4>  // V4: s 16-byte and d 8-byte aligned
 __global__ void k_to16(bool bf, const float* s, uint16_t* d, int64_t n) {
@@ -578,7 +639,7 @@ class CudaBackend : public Backend {
     if (N == 0 || out == 0) return;
     if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue; x rounded into x16 when the caller keeps it
       Half xh = x16 ? Half() : to16(x, N * in), wh = w16 ? Half() : to16(w, out * in);
-      if (x16) round16(x, x16, N * in);
+      if (x16 && x) round16(x, x16, N * in);  // x null: x16 already holds the 16-bit input
       if (w16) round16(w, w16, out * in);
       profile::Scope ps(".. cublasLt linear fwd");
       lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y, out, b);
@@ -588,28 +649,36 @@ class CudaBackend : public Backend {
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
-                  int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16) override {
+                  int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) override {
     const float dx_beta = dx.acc ? 1.f : 0.f;
+    ZR_CHECK(!dx.h, "the linear backward writes f32 input gradients");
     if (mm_ == DType::F32) {
       if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_beta, dx.p);
       if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
     } else {  // dy is rounded once for both products (summing its columns for db in the same pass)
-      Half dyh(static_cast<size_t>(N * out), false);
-      if (db && N > 0) {
-        round16_colsum(dy, dyh.p, N, out, db);
+      Half dyh;
+      if (!dy) {  // 16-bit gradient: used as it is
+        if (db) column_sums(ColOf16{dy16, mm_ == DType::BF16}, N, out, db, nullptr);
         db = nullptr;
       } else {
-        round16(dy, dyh.p, N * out);
+        dyh = Half(static_cast<size_t>(N * out), false);
+        if (db && N > 0) {
+          round16_colsum(dy, dyh.p, N, out, db);
+          db = nullptr;
+        } else {
+          round16(dy, dyh.p, N * out);
+        }
+        dy16 = dyh.p;
       }
       if (dx) {
         Half wh = w16 ? Half() : to16(w, out * in);
         profile::Scope ps(".. cublasLt linear dx");
-        lt().run(mm_, false, false, N, in, out, dyh.p, out, w16 ? w16 : wh.p, in, dx_beta, dx.p, in, nullptr);
+        lt().run(mm_, false, false, N, in, out, dy16, out, w16 ? w16 : wh.p, in, dx_beta, dx.p, in, nullptr);
       }
       if (dw) {
         Half xh = x16 ? Half() : to16(x, N * in);
         profile::Scope ps(".. cublasLt linear dw");
-        lt().run(mm_, true, false, out, in, N, dyh.p, out, x16 ? x16 : xh.p, in, 1.f, dw, in, nullptr);
+        lt().run(mm_, true, false, out, in, N, dy16, out, x16 ? x16 : xh.p, in, 1.f, dw, in, nullptr);
       }
     }
     if (db) {
@@ -618,6 +687,25 @@ class CudaBackend : public Backend {
     }
   }
   DType matmul_dtype() const override { return mm_; }
+  bool activations16() const override { return mm_ != DType::F32; }
+  bool attention_grad16(int64_t hs) const override { return tensor_core_attention(hs); }
+  void act_fwd16(Act act, const float* x, uint16_t* y, int64_t n) override {
+    const bool bf = mm_ == DType::BF16;
+    switch (act) {
+      case Act::Gelu:
+        return elementwise16(ActF<0>{}, bf, x, nullptr, y, n);
+      case Act::Relu:
+        return elementwise16(ActF<1>{}, bf, x, nullptr, y, n);
+      default:
+        return elementwise16(ActF<2>{}, bf, x, nullptr, y, n);
+    }
+  }
+  void layernorm_fwd16(const float* x, const float* w, const float* b, uint16_t* y, float* mean, float* rstd,
+                       int64_t N, int64_t C, float eps) override {
+    if (!N) return;
+    k_ln_fwd<uint16_t><<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps, mm_ == DType::BF16);
+    ZR_CUDA(cudaGetLastError());
+  }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
     if (nb == n)
       elementwise<false>(Plus{}, a, b, y, n);
@@ -630,7 +718,10 @@ class CudaBackend : public Backend {
       if (nb == n)
         pass_grad(dy, db, n);
       else
+      {
+        ZR_CHECK(!db.h, "a broadcast add's gradient is f32");
         column_sums(ColOf{dy}, n / nb, nb, db.p, nullptr, db.acc);
+      }
     }
   }
   void mul_fwd(const float* a, const float* b, float* y, int64_t n) override { LAUNCH(k_mul, n, a, b, y, n); }
@@ -648,6 +739,17 @@ class CudaBackend : public Backend {
     }
   }
   void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) override {
+    if (dx.h) {
+      const bool bf = mm_ == DType::BF16;
+      switch (act) {
+        case Act::Gelu:
+          return elementwise16(ActBW<0>{}, bf, x, dy, dx.h, n);
+        case Act::Relu:
+          return elementwise16(ActBW<1>{}, bf, x, dy, dx.h, n);
+        default:
+          return elementwise16(ActBW<2>{}, bf, x, dy, dx.h, n);
+      }
+    }
     switch (act) {
       case Act::Gelu:
         return dx.acc ? elementwise<true>(ActB<0>{}, x, dy, dx.p, n) : elementwise<false>(ActBW<0>{}, x, dy, dx.p, n);
@@ -660,7 +762,7 @@ class CudaBackend : public Backend {
   void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
                      int64_t C, float eps) override {
     if (!N) return;
-    k_ln_fwd<<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps);
+    k_ln_fwd<float><<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps, false);
     ZR_CUDA(cudaGetLastError());
   }
   void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, Grad dx,
@@ -731,8 +833,10 @@ class CudaBackend : public Backend {
     DevBuf<float> delta(static_cast<size_t>(B * H * T), false);
     if (tensor_core_attention(C / H)) {
       DevBuf<uint16_t> scratch(static_cast<size_t>(flash::tc_scratch_elems(B, T, H)), false);
-      flash::tc_backward(mm_ == DType::BF16, qkv, out, lse, dout, dqkv.p, dqkv.acc, delta.p, scratch.p, B, T, C, H);
+      flash::tc_backward(mm_ == DType::BF16, qkv, out, lse, dout, dqkv.p, dqkv.h, dqkv.acc, delta.p, scratch.p, B, T, C,
+                         H);
     } else {
+      ZR_CHECK(!dqkv.h, "16-bit attention gradients need the tensor-core kernels");
       flash::backward(qkv, out, lse, dout, zeroed_unless_acc(dqkv, B * T * 3 * C), delta.p, B, T, C, H);
     }
   }
@@ -769,7 +873,10 @@ class CudaBackend : public Backend {
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                          Grad dlogits, int64_t N, int64_t V) override {
     if (!N) return;
-    k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.p, dlogits.acc, N, V);
+    if (dlogits.h)
+      k_ce_bwd16<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.h, mm_ == DType::BF16, N, V);
+    else
+      k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.p, dlogits.acc, N, V);
     ZR_CUDA(cudaGetLastError());
   }
   double mse_fwd(const float* pred, const float* target, int64_t n) override {
@@ -827,7 +934,9 @@ class CudaBackend : public Backend {
  private:
   // dst (+)= src: a plain copy when overwriting.
   void pass_grad(const float* src, Grad dst, int64_t n) {
-    if (dst.acc)
+    if (dst.h)
+      round16(src, dst.h, n);
+    else if (dst.acc)
       elementwise<true>(AccA{}, src, nullptr, dst.p, n);
     else if (n > 0)
       ZR_CUDA(cudaMemcpyAsync(dst.p, src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice));

@@ -142,13 +142,21 @@ __device__ inline void mm_pm(Acc& acc, const Acc& p, const uint16_t* M, int lane
 
 // dst rows (this lane's two rows of the warp's 16, `row0` = the first one's global index; rows >= T skipped)
 // += mul * acc; dst points at column 0 of the head in row 0, rows `ld` apart.
-__device__ inline void add_rows(const Acc& acc, float* dst, int64_t ld, int row0, int T, int lane, float mul,
-                                bool accumulate) {
+template <bool BF>
+__device__ inline void add_rows(const Acc& acc, float* dst, uint16_t* dst16, int64_t ld, int row0, int T, int lane,
+                                float mul, bool accumulate) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = row0 + g + 8 * half;
     if (r >= T) continue;
+    if (dst16) {  // 16-bit gradient: written, never accumulated
+      uint16_t* d = dst16 + (size_t)r * ld + 2 * t;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<uint32_t*>(d + 8 * n) = pack2<BF>(mul * acc[n][2 * half], mul * acc[n][2 * half + 1]);
+      continue;
+    }
     float* d = dst + (size_t)r * ld + 2 * t;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
@@ -283,7 +291,7 @@ __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, co
 template <bool BF>
 __global__ void __launch_bounds__(32 * kWarps)
     k_bwd_kv(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,
-             const float* delta, float* dqkv, int T, int Tp, int C, int H, bool acc) {
+             const float* delta, float* dqkv, uint16_t* dqkv16, int T, int Tp, int C, int H, bool acc) {
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Ks = sm;
   uint16_t* Vs = Ks + kTile;
@@ -341,8 +349,10 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncthreads();
   }
   float* base = dqkv + (size_t)b * T * 3 * C + h * HS;
-  add_rows(dk, base + C, 3 * C, k0 + warp * 16, T, lane, kLn2, acc);  // undo the log2(e) folded into Q
-  add_rows(dv, base + 2 * C, 3 * C, k0 + warp * 16, T, lane, 1.f, acc);
+  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * 3 * C + h * HS : nullptr;
+  add_rows<BF>(dk, base + C, base16 ? base16 + C : nullptr, 3 * C, k0 + warp * 16, T, lane, kLn2,
+               acc);  // undo the log2(e) folded into Q
+  add_rows<BF>(dv, base + 2 * C, base16 ? base16 + 2 * C : nullptr, 3 * C, k0 + warp * 16, T, lane, 1.f, acc);
 }
 
 // ---- backward: dQ per query block ------------------------------------------------------
@@ -351,7 +361,7 @@ constexpr size_t kQSmem = 2 * (size_t)(6 * kTile);  // Q, dO; double-buffered K,
 template <bool BF>
 __global__ void __launch_bounds__(32 * kWarps)
     k_bwd_q(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,
-            const float* delta, float* dqkv, int T, int Tp, int C, int H, bool acc) {
+            const float* delta, float* dqkv, uint16_t* dqkv16, int T, int Tp, int C, int H, bool acc) {
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Qs = sm;
   uint16_t* dOs = Qs + kTile;
@@ -400,7 +410,8 @@ __global__ void __launch_bounds__(32 * kWarps)
     mm_pm<BF>(dq, dp, Kb, lane);  // dQ += dS K
     __syncthreads();
   }
-  add_rows(dq, dqkv + (size_t)b * T * 3 * C + h * HS, 3 * C, q0 + warp * 16, T, lane, 1.f / sqrtf((float)HS), acc);
+  add_rows<BF>(dq, dqkv + (size_t)b * T * 3 * C + h * HS, dqkv16 ? dqkv16 + (size_t)b * T * 3 * C + h * HS : nullptr,
+               3 * C, q0 + warp * 16, T, lane, 1.f / sqrtf((float)HS), acc);
 }
 
 template <typename K>
@@ -426,7 +437,8 @@ void fwd_e(const float* qkv, float* out, float* lse, uint16_t* scratch, int B, i
 }
 
 template <bool BF>
-void bwd_e(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, bool acc,
+void bwd_e(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, uint16_t* dqkv16,
+           bool acc,
            float* delta, uint16_t* scratch, int B, int T, int C, int H) {
   static bool once = (opt_in_smem(k_bwd_kv<BF>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
   (void)once;
@@ -439,9 +451,9 @@ void bwd_e(const float* qkv, const float* out, const float* lse, const float* do
   pack<BF>(qkv + 2 * C, 3 * C, v, B, T, H, 1.f);
   pack<BF>(dout, C, d, B, T, H, 1.f);
   dim3 grid(Tp / BR, H, B);
-  k_bwd_kv<BF><<<grid, 32 * kWarps, kKvSmem>>>(q, k, v, d, lse, delta, dqkv, T, Tp, C, H, acc);
+  k_bwd_kv<BF><<<grid, 32 * kWarps, kKvSmem>>>(q, k, v, d, lse, delta, dqkv, dqkv16, T, Tp, C, H, acc);
   ZR_CUDA(cudaGetLastError());
-  k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(q, k, v, d, lse, delta, dqkv, T, Tp, C, H, acc);
+  k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(q, k, v, d, lse, delta, dqkv, dqkv16, T, Tp, C, H, acc);
   ZR_CUDA(cudaGetLastError());
 }
 }  // namespace
@@ -461,14 +473,14 @@ void tc_forward(bool bf16, const float* qkv, float* out, float* lse, uint16_t* s
 }
 
 void tc_backward(bool bf16, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                 bool acc, float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C, int64_t H) {
+                 uint16_t* dqkv16, bool acc, float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C, int64_t H) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
   ZR_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0,
            "tensor-core attention needs 16-byte aligned qkv and output gradient");
   if (bf16)
-    bwd_e<true>(qkv, out, lse, dout, dqkv, acc, delta, scratch, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<true>(qkv, out, lse, dout, dqkv, dqkv16, acc, delta, scratch, (int)B, (int)T, (int)C, (int)H);
   else
-    bwd_e<false>(qkv, out, lse, dout, dqkv, acc, delta, scratch, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<false>(qkv, out, lse, dout, dqkv, dqkv16, acc, delta, scratch, (int)B, (int)T, (int)C, (int)H);
 }
 
 }  // namespace zerorun::kernels::flash

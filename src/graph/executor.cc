@@ -35,9 +35,24 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
   for (size_t b = 0; b < block_ranges_.size(); ++b)
     for (size_t i = block_ranges_[b].first; i < block_ranges_[b].second; ++i) node_block_[i] = b;
   last_use_.assign(values_.size(), -1);
-  for (size_t i = 0; i < node_in_.size(); ++i)
-    for (auto v : node_in_[i]) last_use_[v] = static_cast<int>(i);
+  uses_.resize(values_.size());
+  producer_.assign(values_.size(), {-1, 0});
+  for (size_t i = 0; i < node_in_.size(); ++i) {
+    for (size_t k = 0; k < node_in_[i].size(); ++k) {
+      last_use_[node_in_[i][k]] = static_cast<int>(i);
+      uses_[node_in_[i][k]].push_back({i, k});
+    }
+    for (size_t k = 0; k < node_out_[i].size(); ++k) producer_[node_out_[i][k]] = {static_cast<int>(i), k};
+  }
   checkpoint_block.assign(g_.blocks.size(), false);
+}
+
+bool Executor::store16(size_t i, size_t out) const {
+  const size_t v = node_out_[i][out];
+  if (v == loss_id_ || uses_[v].empty() || !ops_[i]->emits16(out)) return false;
+  for (auto [node, k] : uses_[v])
+    if (!ops_[node]->takes16(k)) return false;
+  return true;
 }
 
 void Executor::run_node_forward(size_t i) {
@@ -45,6 +60,7 @@ void Executor::run_node_forward(size_t i) {
   NodeCtx c;
   c.node = &n;
   for (auto v : node_in_[i]) c.in.push_back(values_[v]);
+  for (size_t k = 0; k < node_out_[i].size(); ++k) c.out16.push_back(store16(i, k));
   for (auto& [role, name] : n.params) {
     auto it = params_.find(name);
     ZR_CHECK(it != params_.end() && it->second.defined(), "parameter '", name, "' is not materialised");
@@ -112,18 +128,24 @@ void Executor::backward(float loss_grad) {
       for (size_t k = 0; k < node_out_[i].size(); ++k)
         if (!c.dout[k].defined())
           c.dout[k] = Tensor::zeros(c.out[k].shape(), DType::F32, MemCategory::Activations, c.out[k].device());
+      for (auto v : node_in_[i]) c.in.push_back(values_[v]);
+      const bool be16 = kernels::backend(dev).activations16();
       for (size_t k = 0; k < node_in_[i].size(); ++k) {
         const size_t v = node_in_[i][k];
-        c.in.push_back(values_[v]);
         Tensor& gv = value_grads_[v];
         bool acc = true;
-        if (!gv.defined() && values_[v].dtype() == DType::F32) {
+        if (!gv.defined() && values_[v].dtype() != DType::I32) {
           // The first gradient written into a value needs no zero-fill when the op overwrites it, unless
           // the value is this node's input twice (both writes would then have to be ordered).
           const bool twice = std::count(node_in_[i].begin(), node_in_[i].end(), v) > 1;
           acc = twice || !ops_[i]->writes_grad(k);
+          // A value with this one use gets a 16-bit gradient where this op can write and its producer read one.
+          const auto [pn, po] = producer_[v];
+          const bool g16 = !acc && be16 && uses_[v].size() == 1 && pn >= 0 && ops_[pn]->takes_dout16(po) &&
+                           ops_[i]->writes_grad16(c, k);
+          const DType gdt = g16 ? kernels::backend(dev).matmul_dtype() : DType::F32;
           gv = acc ? Tensor::zeros(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device())
-                   : Tensor::uninit(values_[v].shape(), DType::F32, MemCategory::Activations, values_[v].device());
+                   : Tensor::uninit(values_[v].shape(), gdt, MemCategory::Activations, values_[v].device());
         }
         c.din.push_back(gv);
         c.din_acc.push_back(acc);

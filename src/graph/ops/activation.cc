@@ -13,11 +13,19 @@ class Activation : public Op {
     return {in[0]};
   }
   void forward(NodeCtx& c) const override {
+    if (want16(c, 0)) {
+      Tensor y = new_out16(c, c.in[0].shape());
+      be(c).act_fwd16(act_, c.in[0].f32(), static_cast<uint16_t*>(y.raw()), y.numel());
+      c.out = {y};
+      return;
+    }
     Tensor y = new_out(c.in[0].shape(), device_of(c));
     be(c).act_fwd(act_, c.in[0].f32(), y.f32(), y.numel());
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
+  bool emits16(size_t) const override { return true; }
+  bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
   void backward(NodeCtx& c) const override {
     if (c.din[0].defined()) be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());
   }

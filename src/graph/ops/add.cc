@@ -21,6 +21,9 @@ class Add : public Op {
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
+  bool writes_grad16(const NodeCtx& c, size_t) const override {
+    return be(c).activations16() && c.in[0].numel() == c.in[1].numel();
+  }
   void backward(NodeCtx& c) const override {
     be(c).add_bwd(c.dout[0].f32(), grad_of(c, 0), grad_of(c, 1), c.in[0].numel(), c.in[1].numel());
   }

@@ -32,6 +32,10 @@ class Attention : public Op {
     c.out = {out};
   }
   bool writes_grad(size_t) const override { return true; }
+  bool writes_grad16(const NodeCtx& c, size_t) const override {
+    const Tensor& qkv = c.in[0];
+    return be(c).attention_grad16(qkv.dim(2) / 3 / attr_int(*c.node, "n_head"));
+  }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     const Tensor& qkv = c.in[0];

@@ -29,26 +29,34 @@ class Linear : public Op {
     const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
     // 16-bit products: input and weight are rounded once here, the rounded copies (half the bytes) kept
     // for dW and dX.
+    // A 16-bit stored input is used as it is (and read again in backward from the inputs).
     const DType mm = be(c).matmul_dtype();
+    const bool in16 = x.dtype() != DType::F32;
+    ZR_CHECK(!in16 || x.dtype() == mm, "linear: a 16-bit input must be in the matmul dtype");
     Tensor x16, w16;
     if (mm != DType::F32) {
-      x16 = Tensor::uninit({x.numel()}, mm, MemCategory::Activations, device_of(c));
+      if (!in16) x16 = Tensor::uninit({x.numel()}, mm, MemCategory::Activations, device_of(c));
       w16 = Tensor::uninit({w.numel()}, mm, MemCategory::Activations, device_of(c));
     }
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<uint16_t*>(t.raw()) : nullptr; };
-    be(c).linear_fwd(x.f32(), w.f32(), b, y.f32(), rows_of(x.shape()), w.dim(1), w.dim(0), bits(x16), bits(w16));
+    be(c).linear_fwd(in16 ? nullptr : x.f32(), w.f32(), b, y.f32(), rows_of(x.shape()), w.dim(1), w.dim(0),
+                     in16 ? static_cast<uint16_t*>(x.raw()) : bits(x16), bits(w16));
     c.out = {y};
     *c.saved = {x16, w16};
   }
   bool writes_grad(size_t) const override { return true; }
+  bool takes16(size_t) const override { return true; }
+  bool takes_dout16(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];
     const Tensor& w = c.param("weight");
     Tensor dw = c.dparam("weight"), db = c.dparam("bias");
-    const Tensor &x16 = (*c.saved)[0], &w16 = (*c.saved)[1];
+    const bool in16 = x.dtype() != DType::F32, dy16 = c.dout[0].dtype() != DType::F32;
+    const Tensor &x16 = in16 ? x : (*c.saved)[0], &w16 = (*c.saved)[1];
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<const uint16_t*>(t.raw()) : nullptr; };
-    be(c).linear_bwd(x.f32(), w.f32(), c.dout[0].f32(), grad_of(c, 0), dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()), w.dim(1),
-                     w.dim(0), bits(x16), bits(w16));
+    be(c).linear_bwd(in16 ? nullptr : x.f32(), w.f32(), dy16 ? nullptr : c.dout[0].f32(), grad_of(c, 0),
+                     dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()),
+                     w.dim(1), w.dim(0), bits(x16), bits(w16), dy16 ? bits16(c.dout[0]) : nullptr);
   }
 };
 }  // namespace

@@ -32,6 +32,7 @@ class CrossEntropy : public Op {
     c.saved->push_back(lse);
   }
   bool writes_grad(size_t input) const override { return input == 0; }
+  bool writes_grad16(const NodeCtx& c, size_t input) const override { return input == 0 && be(c).activations16(); }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();

@@ -21,15 +21,24 @@ class NormBase : public Op {
 
 class LayerNorm : public NormBase {
  public:
+  bool emits16(size_t) const override { return true; }
   std::vector<std::string> required_params() const override { return {"weight"}; }
   std::vector<std::string> optional_params() const override { return {"bias"}; }
   void forward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];
     int64_t C = x.dim(-1), N = x.numel() / C;
-    Tensor y = new_out(x.shape(), device_of(c)), mean = new_out({N}, device_of(c)), rstd = new_out({N}, device_of(c));
+    Tensor mean = new_out({N}, device_of(c)), rstd = new_out({N}, device_of(c));
     const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
-    be(c).layernorm_fwd(x.f32(), c.param("weight").f32(), b, y.f32(), mean.f32(), rstd.f32(), N, C,
-                        attr_float(*c.node, "eps", 1e-5f));
+    const float eps = attr_float(*c.node, "eps", 1e-5f);
+    Tensor y;
+    if (want16(c, 0)) {  // consumed only by 16-bit products: stored rounded
+      y = new_out16(c, x.shape());
+      be(c).layernorm_fwd16(x.f32(), c.param("weight").f32(), b, static_cast<uint16_t*>(y.raw()), mean.f32(),
+                            rstd.f32(), N, C, eps);
+    } else {
+      y = new_out(x.shape(), device_of(c));
+      be(c).layernorm_fwd(x.f32(), c.param("weight").f32(), b, y.f32(), mean.f32(), rstd.f32(), N, C, eps);
+    }
     *c.saved = {mean, rstd};
     c.out = {y};
   }
