@@ -69,19 +69,30 @@ int main(int argc, char** argv) {
     const double fl = 2.0 * M * s.K * s.N;
     auto tf = [&](double ms) { return ms > 0 ? fl / ms / 1e9 : -1.0; };
     std::string n = s.name;
-    double f32b = time_ms(n + " fwd f32 out", [&] { lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y32, DType::F32, s.N, b32, DType::F32); });
-    double f16b = time_ms(n + " fwd bf16 out f32 bias", [&] { lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y16, bf, s.N, b32, DType::F32); });
-    double f16bb = time_ms(n + " fwd bf16 out bf16 bias", [&] { lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y16, bf, s.N, b16, bf); });
-    double f16 = time_ms(n + " fwd bf16 out", [&] { lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y16, bf, s.N, nullptr, bf); });
-    double dx32 = time_ms(n + " dx f32", [&] { lt.run(bf, false, false, M, s.K, s.N, dy, s.N, w, s.K, 0.f, y32, DType::F32, s.K, nullptr); });
-    double dx16 = time_ms(n + " dx bf16", [&] { lt.run(bf, false, false, M, s.K, s.N, dy, s.N, w, s.K, 0.f, y16, bf, s.K, nullptr); });
-    double dwt = time_ms(n + " dw f32 acc", [&] { lt.run(bf, true, false, s.N, s.K, M, dy, s.N, x, s.K, 1.f, dw, DType::F32, s.K, nullptr); });
+    double f32b = time_ms(n + " fwd f32 out", [&] {
+      lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y32, DType::F32, s.N, b32, DType::F32);
+    });
+    double f16b = time_ms(n + " fwd bf16 out f32 bias", [&] {
+      lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y16, bf, s.N, b32, DType::F32);
+    });
+    double f16bb = time_ms(n + " fwd bf16 out bf16 bias",
+                           [&] { lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y16, bf, s.N, b16, bf); });
+    double f16 = time_ms(n + " fwd bf16 out",
+                         [&] { lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y16, bf, s.N, nullptr, bf); });
+    double dx32 = time_ms(n + " dx f32", [&] {
+      lt.run(bf, false, false, M, s.K, s.N, dy, s.N, w, s.K, 0.f, y32, DType::F32, s.K, nullptr);
+    });
+    double dx16 = time_ms(n + " dx bf16",
+                          [&] { lt.run(bf, false, false, M, s.K, s.N, dy, s.N, w, s.K, 0.f, y16, bf, s.K, nullptr); });
+    double dwt = time_ms(n + " dw f32 acc", [&] {
+      lt.run(bf, true, false, s.N, s.K, M, dy, s.N, x, s.K, 1.f, dw, DType::F32, s.K, nullptr);
+    });
     std::printf(
         "{\"shape\": \"%s\", \"M\": %lld, \"K\": %lld, \"N\": %lld, \"fwd_f32out_bias_tflops\": %.1f, "
         "\"fwd_bf16out_f32bias_tflops\": %.1f, \"fwd_bf16out_bf16bias_tflops\": %.1f, \"fwd_bf16out_tflops\": %.1f, "
         "\"dx_f32_tflops\": %.1f, \"dx_bf16_tflops\": %.1f, \"dw_f32acc_tflops\": %.1f}\n",
-        s.name, (long long)M, (long long)s.K, (long long)s.N, tf(f32b), tf(f16b), tf(f16bb), tf(f16), tf(dx32), tf(dx16),
-        tf(dwt));
+        s.name, (long long)M, (long long)s.K, (long long)s.N, tf(f32b), tf(f16b), tf(f16bb), tf(f16), tf(dx32),
+        tf(dx16), tf(dwt));
     for (void* p : {x, w, dy, y32, y16, b32, b16, dw}) cudaFree(p);
   }
   return 0;

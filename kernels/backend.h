@@ -50,8 +50,7 @@ class Backend {
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
                           uint16_t* x16, uint16_t* w16) = 0;
   virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
-                          int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16,
-                          const uint16_t* dy16) = 0;
+                          int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) = 0;
   // 16-bit activation storage (CUDA in 16-bit runs): outputs written in the matmul dtype, and which
   // ops can write 16-bit gradients (act_bwd, add_bwd without broadcast, cross_entropy_bwd, and
   // flash_attention_bwd where attention_grad16 says so) through Grad::half.

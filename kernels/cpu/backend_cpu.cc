@@ -36,9 +36,9 @@ class CpuBackend : public Backend {
     ZR_CHECK(x, "16-bit activations are CUDA-only");
     cpu::linear_fwd(x, w, b, y, N, in, out);
   }
-  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
-                  int64_t in, int64_t out, const uint16_t* /*x16*/,
-                  const uint16_t* /*w16: fp32 products*/, const uint16_t* dy16) override {
+  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
+                  int64_t out, const uint16_t* /*x16*/, const uint16_t* /*w16: fp32 products*/,
+                  const uint16_t* dy16) override {
     ZR_CHECK(dy && !dy16, "16-bit activations are CUDA-only");
     cpu::linear_bwd(x, w, dy, acc_ptr(dx, N * in), dw, db, N, in, out);
   }

@@ -141,14 +141,14 @@ struct ActF {
 template <int A>  // act'(x)
 __device__ inline float act_grad(float v) {
   float d;
-    if constexpr (A == 0) {
-      float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
-      d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluC * (1.f + 3.f * 0.044715f * v * v);
-    } else if constexpr (A == 1) {
-      d = v > 0.f ? 1.f : 0.f;
-    } else {
-      float s = 1.f / (1.f + expf(-v));
-      d = s * (1.f + v * (1.f - s));
+  if constexpr (A == 0) {
+    float t = tanhf(kGeluC * (v + 0.044715f * v * v * v));
+    d = 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluC * (1.f + 3.f * 0.044715f * v * v);
+  } else if constexpr (A == 1) {
+    d = v > 0.f ? 1.f : 0.f;
+  } else {
+    float s = 1.f / (1.f + expf(-v));
+    d = s * (1.f + v * (1.f - s));
   }
   return d;
 }
@@ -438,47 +438,33 @@ __global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row
     }
   }
 }
-__global__ void k_ce_bwd16(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                           uint16_t* dlogits, bool bf, int64_t N, int64_t V) {
+// dlogits (+)= dloss * (softmax - onehot) / N: D = float (accumulated when acc) or uint16_t (16-bit, written).
+template <class D>
+__device__ inline void ce_put(D* d, int64_t v, float g, bool acc, bool bf) {
+  if constexpr (sizeof(D) == 2)
+    d[v] = to16_bits(bf, g);
+  else
+    d[v] = (acc ? d[v] : 0.f) + g;
+}
+template <class D>
+__global__ void k_ce_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+                         D* dlogits, bool acc, bool bf, int64_t N, int64_t V) {
   const float* l = logits + blockIdx.x * V;
-  uint16_t* d = dlogits + blockIdx.x * V;
+  D* d = dlogits + blockIdx.x * V;
   const float z = lse[blockIdx.x], scale = *dloss / static_cast<float>(N);
   const int32_t t = targets[blockIdx.x];
   if (V % 4 == 0) {
     const float4* l4 = reinterpret_cast<const float4*>(l);
     for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
       const float4 x = l4[v];
-      reinterpret_cast<ushort4*>(d)[v] =
-          make_ushort4(to16_bits(bf, scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f))),
-                       to16_bits(bf, scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f))),
-                       to16_bits(bf, scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f))),
-                       to16_bits(bf, scale * (expf(x.w - z) - (4 * v + 3 == t ? 1.f : 0.f))));
+      ce_put(d, 4 * v, scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f)), acc, bf);
+      ce_put(d, 4 * v + 1, scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f)), acc, bf);
+      ce_put(d, 4 * v + 2, scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f)), acc, bf);
+      ce_put(d, 4 * v + 3, scale * (expf(x.w - z) - (4 * v + 3 == t ? 1.f : 0.f)), acc, bf);
     }
   } else {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-      d[v] = to16_bits(bf, scale * (expf(l[v] - z) - (v == t ? 1.f : 0.f)));
-  }
-}
-__global__ void k_ce_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                         float* dlogits, bool acc, int64_t N, int64_t V) {
-  const float* l = logits + blockIdx.x * V;
-  float* d = dlogits + blockIdx.x * V;
-  const float z = lse[blockIdx.x], scale = *dloss / static_cast<float>(N);
-  const int32_t t = targets[blockIdx.x];
-  if (V % 4 == 0) {
-    const float4* l4 = reinterpret_cast<const float4*>(l);
-    float4* d4 = reinterpret_cast<float4*>(d);
-    for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
-      float4 x = l4[v], g = acc ? d4[v] : make_float4(0.f, 0.f, 0.f, 0.f);
-      g.x += scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f));
-      g.y += scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f));
-      g.z += scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f));
-      g.w += scale * (expf(x.w - z) - (4 * v + 3 == t ? 1.f : 0.f));
-      d4[v] = g;
-    }
-  } else {
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-      d[v] = (acc ? d[v] : 0.f) + scale * (expf(l[v] - z) - (v == t ? 1.f : 0.f));
+      ce_put(d, v, scale * (expf(l[v] - z) - (v == t ? 1.f : 0.f)), acc, bf);
   }
 }
 __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* out) {
@@ -648,20 +634,19 @@ class CudaBackend : public Backend {
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
-  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
-                  int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) override {
+  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
+                  int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) override {
     const float dx_beta = dx.acc ? 1.f : 0.f;
     ZR_CHECK(!dx.h, "the linear backward writes f32 input gradients");
     if (mm_ == DType::F32) {
       if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_beta, dx.p);
       if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
     } else {  // dy is rounded once for both products (summing its columns for db in the same pass)
-      Half dyh;
+      Half dyh(dy ? static_cast<size_t>(N * out) : 0, false);
       if (!dy) {  // 16-bit gradient: used as it is
         if (db) column_sums(ColOf16{dy16, mm_ == DType::BF16}, N, out, db, nullptr);
         db = nullptr;
       } else {
-        dyh = Half(static_cast<size_t>(N * out), false);
         if (db && N > 0) {
           round16_colsum(dy, dyh.p, N, out, db);
           db = nullptr;
@@ -700,8 +685,8 @@ class CudaBackend : public Backend {
         return elementwise16(ActF<2>{}, bf, x, nullptr, y, n);
     }
   }
-  void layernorm_fwd16(const float* x, const float* w, const float* b, uint16_t* y, float* mean, float* rstd,
-                       int64_t N, int64_t C, float eps) override {
+  void layernorm_fwd16(const float* x, const float* w, const float* b, uint16_t* y, float* mean, float* rstd, int64_t N,
+                       int64_t C, float eps) override {
     if (!N) return;
     k_ln_fwd<uint16_t><<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps, mm_ == DType::BF16);
     ZR_CUDA(cudaGetLastError());
@@ -717,8 +702,7 @@ class CudaBackend : public Backend {
     if (db) {
       if (nb == n)
         pass_grad(dy, db, n);
-      else
-      {
+      else {
         ZR_CHECK(!db.h, "a broadcast add's gradient is f32");
         column_sums(ColOf{dy}, n / nb, nb, db.p, nullptr, db.acc);
       }
@@ -873,10 +857,11 @@ class CudaBackend : public Backend {
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                          Grad dlogits, int64_t N, int64_t V) override {
     if (!N) return;
+    const bool bf = mm_ == DType::BF16;
     if (dlogits.h)
-      k_ce_bwd16<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.h, mm_ == DType::BF16, N, V);
+      k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.h, false, bf, N, V);
     else
-      k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.p, dlogits.acc, N, V);
+      k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.p, dlogits.acc, bf, N, V);
     ZR_CUDA(cudaGetLastError());
   }
   double mse_fwd(const float* pred, const float* target, int64_t n) override {

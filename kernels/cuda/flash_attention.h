@@ -17,10 +17,11 @@ void row_delta(const float* out, const float* dout, float* delta, int64_t B, int
 // `scratch` of tc_scratch_elems() 16-bit elements for the packed operands.
 bool tc_supported(int64_t head_size);
 int64_t tc_scratch_elems(int64_t B, int64_t T, int64_t H);
-void tc_forward(bool bf16, const float* qkv, float* out, float* lse, uint16_t* scratch, int64_t B, int64_t T,
-                int64_t C, int64_t H);
+void tc_forward(bool bf16, const float* qkv, float* out, float* lse, uint16_t* scratch, int64_t B, int64_t T, int64_t C,
+                int64_t H);
 // acc: add into dqkv (else overwrite it).
 // dqkv16 non-null: dqkv is written there in 16 bits instead (dqkv unused).
 void tc_backward(bool bf16, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                 uint16_t* dqkv16, bool acc, float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C, int64_t H);
+                 uint16_t* dqkv16, bool acc, float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C,
+                 int64_t H);
 }  // namespace zerorun::kernels::flash

@@ -438,8 +438,7 @@ void fwd_e(const float* qkv, float* out, float* lse, uint16_t* scratch, int B, i
 
 template <bool BF>
 void bwd_e(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, uint16_t* dqkv16,
-           bool acc,
-           float* delta, uint16_t* scratch, int B, int T, int C, int H) {
+           bool acc, float* delta, uint16_t* scratch, int B, int T, int C, int H) {
   static bool once = (opt_in_smem(k_bwd_kv<BF>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
   (void)once;
   row_delta(out, dout, delta, B, T, C, H);
@@ -473,7 +472,8 @@ void tc_forward(bool bf16, const float* qkv, float* out, float* lse, uint16_t* s
 }
 
 void tc_backward(bool bf16, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                 uint16_t* dqkv16, bool acc, float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C, int64_t H) {
+                 uint16_t* dqkv16, bool acc, float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C,
+                 int64_t H) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
   ZR_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0,
            "tensor-core attention needs 16-byte aligned qkv and output gradient");

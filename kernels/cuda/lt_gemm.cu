@@ -33,15 +33,14 @@ LtGemm::~LtGemm() {
 }
 
 namespace {
-cudaDataType_t cuda_type(DType d) {
-  return d == DType::BF16 ? CUDA_R_16BF : d == DType::F16 ? CUDA_R_16F : CUDA_R_32F;
-}
+cudaDataType_t cuda_type(DType d) { return d == DType::BF16 ? CUDA_R_16BF : d == DType::F16 ? CUDA_R_16F : CUDA_R_32F; }
 }  // namespace
 
 LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                            float beta, DType cdt, int64_t ldc, bool bias, DType bdt) {
-  const std::array<int64_t, 13> key = {static_cast<int64_t>(dt), ta, tb, M, N, K, lda, ldb, ldc, beta != 0.f,
-                                       bias, static_cast<int64_t>(cdt), static_cast<int64_t>(bdt)};
+  const std::array<int64_t, 13> key = {
+      static_cast<int64_t>(dt), ta, tb, M, N, K, lda, ldb, ldc, beta != 0.f, bias, static_cast<int64_t>(cdt),
+      static_cast<int64_t>(bdt)};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();

@@ -130,3 +130,44 @@ TEST_CASE("bf16 GPT with head size 64 (tensor-core attention): checkpointing cha
     REQUIRE(lp[i] == Approx(lc[i]).epsilon(5e-2));  // CPU: fp32 products and attention
   }
 }
+
+TEST_CASE("16-bit activation storage: GPT gradients on the GPU in bf16 match the CPU's fp32 gradients", "[cuda]") {
+  Gpt2Spec s = testing::tiny_gpt_spec(96, 128);
+  s.n_head = 2;  // head size 64: attention writes 16-bit qkv gradients
+  s.n_ctx = 80;
+  Model m = build_gpt2(s, 9);
+  const int64_t B = 2, T = 80;
+  Tensor tok = Tensor::empty({B, T}, DType::I32), tgt = Tensor::empty({B, T}, DType::I32);
+  for (int64_t i = 0; i < B * T; ++i) tok.i32()[i] = static_cast<int32_t>((i * 37 + 5) % 96);
+  for (int64_t i = 0; i < B * T; ++i) tgt.i32()[i] = static_cast<int32_t>((i * 11 + 3) % 96);
+  auto grads_on = [&](Device d) {
+    std::map<std::string, Tensor> p, g;
+    for (auto& [k, t] : m.tensors) {
+      p[k] = t.to(d);
+      g[k] = Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, d);
+    }
+    Executor ex(m.graph, p, g);
+    ex.forward({{"tokens", tok.to(d)}, {"targets", tgt.to(d)}});
+    ex.backward(1.f);
+    std::map<std::string, Tensor> out;
+    for (auto& [k, t] : g) out[k] = t.to(Device::cpu());
+    return out;
+  };
+  auto cpu = grads_on(Device::cpu());
+  auto& gpu_be = kernels::backend(Device::cuda(0));
+  gpu_be.set_matmul_dtype(DType::BF16);
+  REQUIRE(gpu_be.activations16());
+  auto gpu = grads_on(Device::cuda(0));
+  gpu_be.set_matmul_dtype(DType::F32);
+  for (auto& [k, c] : cpu) {
+    const Tensor& q = gpu.at(k);
+    double mx = 1e-12, worst = 0;
+    for (int64_t i = 0; i < c.numel(); ++i) mx = std::max(mx, std::fabs(static_cast<double>(c.f32()[i])));
+    for (int64_t i = 0; i < c.numel(); ++i) {
+      double d = std::fabs(static_cast<double>(c.f32()[i]) - q.f32()[i]) / mx;
+      worst = std::isfinite(d) ? std::max(worst, d) : INFINITY;
+    }
+    INFO("gradient of " << k << ": worst difference " << worst << " of its largest entry " << mx);
+    CHECK(worst < 4e-2);  // bf16 operands and stored activations against fp32 throughout
+  }
+}

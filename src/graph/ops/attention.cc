@@ -41,8 +41,8 @@ class Attention : public Op {
     const Tensor& qkv = c.in[0];
     int64_t B = qkv.dim(0), T = qkv.dim(1), C = qkv.dim(2) / 3, H = attr_int(*c.node, "n_head");
     if (be(c).has_flash_attention(C / H))
-      be(c).flash_attention_bwd(qkv.f32(), c.out[0].f32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), B, T,
-                                C, H);
+      be(c).flash_attention_bwd(qkv.f32(), c.out[0].f32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), B, T, C,
+                                H);
     else
       be(c).attention_bwd(qkv.f32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), B, T, C, H);
   }

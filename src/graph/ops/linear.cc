@@ -55,8 +55,8 @@ class Linear : public Op {
     const Tensor &x16 = in16 ? x : (*c.saved)[0], &w16 = (*c.saved)[1];
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<const uint16_t*>(t.raw()) : nullptr; };
     be(c).linear_bwd(in16 ? nullptr : x.f32(), w.f32(), dy16 ? nullptr : c.dout[0].f32(), grad_of(c, 0),
-                     dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()),
-                     w.dim(1), w.dim(0), bits(x16), bits(w16), dy16 ? bits16(c.dout[0]) : nullptr);
+                     dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()), w.dim(1),
+                     w.dim(0), bits(x16), bits(w16), dy16 ? bits16(c.dout[0]) : nullptr);
   }
 };
 }  // namespace

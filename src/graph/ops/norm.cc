@@ -47,8 +47,7 @@ class LayerNorm : public NormBase {
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor dw = c.dparam("weight"), db = c.dparam("bias");
     be(c).layernorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), (*c.saved)[1].f32(), c.dout[0].f32(),
-                        grad_of(c, 0), dw.defined() ? dw.f32() : nullptr,
-                        db.defined() ? db.f32() : nullptr, N, C);
+                        grad_of(c, 0), dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, N, C);
   }
 };
 
@@ -67,8 +66,8 @@ class RmsNorm : public NormBase {
     const Tensor& x = c.in[0];
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor dw = c.dparam("weight");
-    be(c).rmsnorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), c.dout[0].f32(),
-                      grad_of(c, 0), dw.defined() ? dw.f32() : nullptr, N, C);
+    be(c).rmsnorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0),
+                      dw.defined() ? dw.f32() : nullptr, N, C);
   }
 };
 }  // namespace
