@@ -46,9 +46,10 @@ class Backend {
                             int64_t sC, int64_t batch) = 0;
   // y [N, out] = x [N, in] w^T (+ b). x16 / w16: where a 16-bit run (matmul_dtype() != F32) leaves x and w
   // rounded to that dtype (N * in, out * in elements) for the backward, or null; the backward takes them back.
-  // x null: the input is already 16-bit, in x16. The backward's dy null: the gradient is 16-bit, in dy16.
+  // x null: the input is already 16-bit, in x16. y null: the output is written in 16 bits to y16.
+  // The backward's dy null: the gradient is 16-bit, in dy16.
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                          uint16_t* x16, uint16_t* w16) = 0;
+                          uint16_t* x16, uint16_t* w16, uint16_t* y16) = 0;
   virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                           int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) = 0;
   // 16-bit activation storage (CUDA in 16-bit runs): outputs written in the matmul dtype, and which
@@ -56,7 +57,21 @@ class Backend {
   // flash_attention_bwd where attention_grad16 says so) through Grad::half.
   virtual bool activations16() const { return false; }
   virtual bool attention_grad16(int64_t /*head_size*/) const { return false; }
-  virtual void act_fwd16(Act, const float*, uint16_t*, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
+  // Activation from f32 x or (x null) 16-bit x16 into f32 y or (y null) 16-bit y16; the backward from x16.
+  virtual void act_fwd16(Act, const float*, const uint16_t*, float*, uint16_t*, int64_t) {
+    ZR_FAIL("16-bit activations are CUDA-only");
+  }
+  virtual void act_bwd16x(Act, const uint16_t*, const float*, Grad, int64_t) {
+    ZR_FAIL("16-bit activations are CUDA-only");
+  }
+  // Cross-entropy over 16-bit logits (same contract as cross_entropy_fwd / _bwd).
+  virtual double cross_entropy_fwd16(const uint16_t*, const int32_t*, float*, int64_t, int64_t) {
+    ZR_FAIL("16-bit activations are CUDA-only");
+  }
+  virtual void cross_entropy_bwd16(const uint16_t*, const int32_t*, const float*, const float*, Grad, int64_t,
+                                   int64_t) {
+    ZR_FAIL("16-bit activations are CUDA-only");
+  }
   virtual void layernorm_fwd16(const float*, const float*, const float*, uint16_t*, float*, float*, int64_t, int64_t,
                                float) {
     ZR_FAIL("16-bit activations are CUDA-only");

@@ -32,8 +32,8 @@ class CpuBackend : public Backend {
                   A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/) override {
-    ZR_CHECK(x, "16-bit activations are CUDA-only");
+                  uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/, uint16_t* y16) override {
+    ZR_CHECK(x && y && !y16, "16-bit activations are CUDA-only");
     cpu::linear_fwd(x, w, b, y, N, in, out);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,

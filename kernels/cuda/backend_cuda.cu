@@ -160,28 +160,83 @@ template <int A>  // dx = dy * act'(x)
 struct ActBW {
   __device__ float operator()(float v, float dy) const { return dy * act_grad<A>(v); }
 };
-// y16 = f(a, b) stored in 16 bits (b may be null), four elements per thread when aligned.
-template <class F>
-__global__ void k_ew16(F f, bool bf, const float* a, const float* b, uint16_t* y, int64_t n, bool v4) {
-  if (v4) {
-    GRID_STRIDE(i, n / 4) {
-      const float4 x = ld4(a, i), z = b ? ld4(b, i) : make_float4(0, 0, 0, 0);
-      reinterpret_cast<ushort4*>(y)[i] = make_ushort4(to16_bits(bf, f(x.x, z.x)), to16_bits(bf, f(x.y, z.y)),
-                                                      to16_bits(bf, f(x.z, z.z)), to16_bits(bf, f(x.w, z.w)));
-    }
-    for (int64_t i = n / 4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-      y[i] = to16_bits(bf, f(a[i], b ? b[i] : 0.f));
+// Loads and stores for f32 or 16-bit (bf: bfloat16, else fp16) storage; 16-bit stores never accumulate.
+template <class T>
+__device__ inline float ld1(const T* p, int64_t i, bool bf) {
+  if constexpr (sizeof(T) == 2)
+    return from16(bf, p[i]);
+  else
+    return p[i];
+}
+template <class T>
+__device__ inline float4 ldv4(const T* p, int64_t i, bool bf) {
+  if constexpr (sizeof(T) == 2) {
+    const ushort4 u = reinterpret_cast<const ushort4*>(p)[i];
+    return make_float4(from16(bf, u.x), from16(bf, u.y), from16(bf, u.z), from16(bf, u.w));
   } else {
-    GRID_STRIDE(i, n) y[i] = to16_bits(bf, f(a[i], b ? b[i] : 0.f));
+    return reinterpret_cast<const float4*>(p)[i];
   }
 }
-template <class F>
-void elementwise16(F f, bool bf, const float* a, const float* b, uint16_t* y, int64_t n) {
+template <class T>
+__device__ inline void st1(T* p, int64_t i, float v, bool acc, bool bf) {
+  if constexpr (sizeof(T) == 2)
+    p[i] = to16_bits(bf, v);
+  else
+    p[i] = acc ? p[i] + v : v;
+}
+template <class T>
+__device__ inline void stv4(T* p, int64_t i, float4 v, bool acc, bool bf) {
+  if constexpr (sizeof(T) == 2) {
+    reinterpret_cast<ushort4*>(p)[i] = make_ushort4(to16_bits(bf, v.x), to16_bits(bf, v.y), to16_bits(bf, v.z),
+                                                    to16_bits(bf, v.w));
+  } else {
+    if (acc) {
+      const float4 o = reinterpret_cast<const float4*>(p)[i];
+      v = make_float4(o.x + v.x, o.y + v.y, o.z + v.z, o.w + v.w);
+    }
+    reinterpret_cast<float4*>(p)[i] = v;
+  }
+}
+// y (+)= f(a, b) over mixed storage (b f32, may be null); four elements per thread when v4 (all aligned).
+template <class F, class X, class Y>
+__global__ void k_map(F f, const X* a, const float* b, Y* y, int64_t n, bool acc, bool bf, bool v4) {
+  int64_t start = 0;
+  if (v4) {
+    GRID_STRIDE(i, n / 4) {
+      const float4 x = ldv4(a, i, bf), z = b ? ld4(b, i) : make_float4(0, 0, 0, 0);
+      stv4(y, i, make_float4(f(x.x, z.x), f(x.y, z.y), f(x.z, z.z), f(x.w, z.w)), acc, bf);
+    }
+    start = n / 4 * 4;
+  }
+  for (int64_t i = start + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    st1(y, i, f(ld1(a, i, bf), b ? b[i] : 0.f), acc, bf);
+}
+template <class F, class X, class Y>
+void map_mixed(F f, const X* a, const float* b, Y* y, int64_t n, bool acc, bool bf) {
   if (n <= 0) return;
-  const bool v4 = aligned16(a) && (!b || aligned16(b)) && reinterpret_cast<uintptr_t>(y) % 8 == 0;
-  k_ew16<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb>>>(f, bf, a, b, y, n, v4);
+  auto al = [](const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  const bool v4 = al(a, 4 * sizeof(X)) && (!b || al(b, 16)) && al(y, 4 * sizeof(Y));
+  k_map<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb>>>(f, a, b, y, n, acc, bf, v4);
   ZR_CUDA(cudaGetLastError());
+}
+// The activation function A on the kernel's (x, unused) / its derivative times dy on (x, dy).
+template <int A>
+void act_fwd_any(const float* x, const uint16_t* x16, float* y, uint16_t* y16, int64_t n, bool bf) {
+  if (x16 && y16)
+    map_mixed(ActF<A>{}, x16, nullptr, y16, n, false, bf);
+  else if (x16)
+    map_mixed(ActF<A>{}, x16, nullptr, y, n, false, bf);
+  else if (y16)
+    map_mixed(ActF<A>{}, x, nullptr, y16, n, false, bf);
+  else
+    map_mixed(ActF<A>{}, x, nullptr, y, n, false, bf);
+}
+template <int A>
+void act_bwd_any(const uint16_t* x16, const float* dy, Grad dx, int64_t n, bool bf) {
+  if (dx.h)
+    map_mixed(ActBW<A>{}, x16, dy, dx.h, n, false, bf);
+  else
+    map_mixed(ActBW<A>{}, x16, dy, dx.p, n, dx.acc, bf);
 }
 // Y: float, or uint16_t for 16-bit storage (bf: bfloat16 bits, else fp16).
 template <class Y>
@@ -410,17 +465,17 @@ __device__ inline void warp_online_merge(float& m, float& s) {
   for (int o = 16; o > 0; o >>= 1)
     online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
-__global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row_loss, float* lse, int64_t V) {
-  const float* l = logits + blockIdx.x * V;
+template <class L>  // logits in f32 or 16 bits
+__global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_loss, float* lse, int64_t V, bool bf) {
+  const L* l = logits + blockIdx.x * V;
   float m = -INFINITY, s = 0.f;
   if (V % 4 == 0) {
-    const float4* l4 = reinterpret_cast<const float4*>(l);
     for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
-      float4 x = l4[v];
+      float4 x = ldv4(l, v, bf);
       online_add(m, s, x.x), online_add(m, s, x.y), online_add(m, s, x.z), online_add(m, s, x.w);
     }
   } else {
-    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) online_add(m, s, l[v]);
+    for (int64_t v = threadIdx.x; v < V; v += blockDim.x) online_add(m, s, ld1(l, v, bf));
   }
   warp_online_merge(m, s);
   __shared__ float sm[32], ss[32];
@@ -434,7 +489,7 @@ __global__ void k_ce_fwd(const float* logits, const int32_t* targets, float* row
     if (lane == 0) {
       const float z = logf(s) + m;
       lse[blockIdx.x] = z;
-      row_loss[blockIdx.x] = z - l[targets[blockIdx.x]];
+      row_loss[blockIdx.x] = z - ld1(l, targets[blockIdx.x], bf);
     }
   }
 }
@@ -446,17 +501,16 @@ __device__ inline void ce_put(D* d, int64_t v, float g, bool acc, bool bf) {
   else
     d[v] = (acc ? d[v] : 0.f) + g;
 }
-template <class D>
-__global__ void k_ce_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
+template <class L, class D>
+__global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* lse, const float* dloss,
                          D* dlogits, bool acc, bool bf, int64_t N, int64_t V) {
-  const float* l = logits + blockIdx.x * V;
+  const L* l = logits + blockIdx.x * V;
   D* d = dlogits + blockIdx.x * V;
   const float z = lse[blockIdx.x], scale = *dloss / static_cast<float>(N);
   const int32_t t = targets[blockIdx.x];
   if (V % 4 == 0) {
-    const float4* l4 = reinterpret_cast<const float4*>(l);
     for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
-      const float4 x = l4[v];
+      const float4 x = ldv4(l, v, bf);
       ce_put(d, 4 * v, scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f)), acc, bf);
       ce_put(d, 4 * v + 1, scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f)), acc, bf);
       ce_put(d, 4 * v + 2, scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f)), acc, bf);
@@ -464,7 +518,7 @@ __global__ void k_ce_bwd(const float* logits, const int32_t* targets, const floa
     }
   } else {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-      ce_put(d, v, scale * (expf(l[v] - z) - (v == t ? 1.f : 0.f)), acc, bf);
+      ce_put(d, v, scale * (expf(ld1(l, v, bf) - z) - (v == t ? 1.f : 0.f)), acc, bf);
   }
 }
 __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* out) {
@@ -621,16 +675,23 @@ class CudaBackend : public Backend {
     gemm16(ta, tb, M, N, K, alpha, a.p, lda, sA, b.p, ldb, sB, beta, C, ldc, sC, batch);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* x16, uint16_t* w16) override {
+                  uint16_t* x16, uint16_t* w16, uint16_t* y16) override {
     if (N == 0 || out == 0) return;
     if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue; x rounded into x16 when the caller keeps it
       Half xh = x16 ? Half() : to16(x, N * in), wh = w16 ? Half() : to16(w, out * in);
       if (x16 && x) round16(x, x16, N * in);  // x null: x16 already holds the 16-bit input
       if (w16) round16(w, w16, out * in);
       profile::Scope ps(".. cublasLt linear fwd");
-      lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y, out, b);
+      if (y16) {  // 16-bit output: cuBLASLt's bias epilogue then takes a 16-bit bias
+        Half bh = b ? to16(b, out) : Half();
+        lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y16, mm_, out,
+                 b ? bh.p : nullptr, mm_);
+      } else {
+        lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y, out, b);
+      }
       return;
     }
+    ZR_CHECK(y && !y16, "16-bit linear outputs need a 16-bit matmul dtype");
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
@@ -674,15 +735,26 @@ class CudaBackend : public Backend {
   DType matmul_dtype() const override { return mm_; }
   bool activations16() const override { return mm_ != DType::F32; }
   bool attention_grad16(int64_t hs) const override { return tensor_core_attention(hs); }
-  void act_fwd16(Act act, const float* x, uint16_t* y, int64_t n) override {
+  void act_fwd16(Act act, const float* x, const uint16_t* x16, float* y, uint16_t* y16, int64_t n) override {
     const bool bf = mm_ == DType::BF16;
     switch (act) {
       case Act::Gelu:
-        return elementwise16(ActF<0>{}, bf, x, nullptr, y, n);
+        return act_fwd_any<0>(x, x16, y, y16, n, bf);
       case Act::Relu:
-        return elementwise16(ActF<1>{}, bf, x, nullptr, y, n);
+        return act_fwd_any<1>(x, x16, y, y16, n, bf);
       default:
-        return elementwise16(ActF<2>{}, bf, x, nullptr, y, n);
+        return act_fwd_any<2>(x, x16, y, y16, n, bf);
+    }
+  }
+  void act_bwd16x(Act act, const uint16_t* x16, const float* dy, Grad dx, int64_t n) override {
+    const bool bf = mm_ == DType::BF16;
+    switch (act) {
+      case Act::Gelu:
+        return act_bwd_any<0>(x16, dy, dx, n, bf);
+      case Act::Relu:
+        return act_bwd_any<1>(x16, dy, dx, n, bf);
+      default:
+        return act_bwd_any<2>(x16, dy, dx, n, bf);
     }
   }
   void layernorm_fwd16(const float* x, const float* w, const float* b, uint16_t* y, float* mean, float* rstd, int64_t N,
@@ -727,11 +799,11 @@ class CudaBackend : public Backend {
       const bool bf = mm_ == DType::BF16;
       switch (act) {
         case Act::Gelu:
-          return elementwise16(ActBW<0>{}, bf, x, dy, dx.h, n);
+          return map_mixed(ActBW<0>{}, x, dy, dx.h, n, false, bf);
         case Act::Relu:
-          return elementwise16(ActBW<1>{}, bf, x, dy, dx.h, n);
+          return map_mixed(ActBW<1>{}, x, dy, dx.h, n, false, bf);
         default:
-          return elementwise16(ActBW<2>{}, bf, x, dy, dx.h, n);
+          return map_mixed(ActBW<2>{}, x, dy, dx.h, n, false, bf);
       }
     }
     switch (act) {
@@ -844,9 +916,21 @@ class CudaBackend : public Backend {
     LAUNCH(k_pos_bwd, T * C, dout, dtable, B, T, C);
   }
   double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) override {
+    return ce_fwd(logits, targets, lse, N, V);
+  }
+  double cross_entropy_fwd16(const uint16_t* logits, const int32_t* targets, float* lse, int64_t N,
+                             int64_t V) override {
+    return ce_fwd(logits, targets, lse, N, V);
+  }
+  void cross_entropy_bwd16(const uint16_t* logits, const int32_t* targets, const float* lse, const float* dloss,
+                           Grad dlogits, int64_t N, int64_t V) override {
+    ce_bwd(logits, targets, lse, dloss, dlogits, N, V);
+  }
+  template <class L>
+  double ce_fwd(const L* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) {
     if (!N) return 0.0;
     DevBuf<float> rows(static_cast<size_t>(N));
-    k_ce_fwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, rows.p, lse, V);
+    k_ce_fwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, rows.p, lse, V, mm_ == DType::BF16);
     ZR_CUDA(cudaGetLastError());
     std::vector<float> h(static_cast<size_t>(N));
     ZR_CUDA(cudaMemcpy(h.data(), rows.p, h.size() * 4, cudaMemcpyDeviceToHost));
@@ -856,6 +940,11 @@ class CudaBackend : public Backend {
   }
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                          Grad dlogits, int64_t N, int64_t V) override {
+    ce_bwd(logits, targets, lse, dloss, dlogits, N, V);
+  }
+  template <class L>
+  void ce_bwd(const L* logits, const int32_t* targets, const float* lse, const float* dloss, Grad dlogits, int64_t N,
+              int64_t V) {
     if (!N) return;
     const bool bf = mm_ == DType::BF16;
     if (dlogits.h)

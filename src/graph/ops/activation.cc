@@ -13,21 +13,30 @@ class Activation : public Op {
     return {in[0]};
   }
   void forward(NodeCtx& c) const override {
-    if (want16(c, 0)) {
-      Tensor y = new_out16(c, c.in[0].shape());
-      be(c).act_fwd16(act_, c.in[0].f32(), static_cast<uint16_t*>(y.raw()), y.numel());
+    const Tensor& x = c.in[0];
+    const bool in16 = x.dtype() != DType::F32;
+    const bool out16 = want16(c, 0);
+    if (out16 || in16) {  // 16-bit storage on either side
+      Tensor y = out16 ? new_out16(c, x.shape()) : new_out(x.shape(), device_of(c));
+      be(c).act_fwd16(act_, in16 ? nullptr : x.f32(), in16 ? bits16(x) : nullptr, out16 ? nullptr : y.f32(),
+                      out16 ? static_cast<uint16_t*>(y.raw()) : nullptr, y.numel());
       c.out = {y};
       return;
     }
-    Tensor y = new_out(c.in[0].shape(), device_of(c));
-    be(c).act_fwd(act_, c.in[0].f32(), y.f32(), y.numel());
+    Tensor y = new_out(x.shape(), device_of(c));
+    be(c).act_fwd(act_, x.f32(), y.f32(), y.numel());
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
   bool emits16(size_t) const override { return true; }
+  bool takes16(size_t) const override { return true; }
   bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
   void backward(NodeCtx& c) const override {
-    if (c.din[0].defined()) be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());
+    if (!c.din[0].defined()) return;
+    if (c.in[0].dtype() != DType::F32)
+      be(c).act_bwd16x(act_, bits16(c.in[0]), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());
+    else
+      be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());
   }
 
  private:

@@ -25,7 +25,8 @@ class Linear : public Op {
     const Tensor& w = c.param("weight");
     Shape os = x.shape();
     os.back() = w.dim(0);
-    Tensor y = new_out(os, device_of(c));
+    const bool out16 = want16(c, 0);  // every consumer reads 16-bit storage
+    Tensor y = out16 ? new_out16(c, os) : new_out(os, device_of(c));
     const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
     // 16-bit products: input and weight are rounded once here, the rounded copies (half the bytes) kept
     // for dW and dX.
@@ -39,13 +40,15 @@ class Linear : public Op {
       w16 = Tensor::uninit({w.numel()}, mm, MemCategory::Activations, device_of(c));
     }
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<uint16_t*>(t.raw()) : nullptr; };
-    be(c).linear_fwd(in16 ? nullptr : x.f32(), w.f32(), b, y.f32(), rows_of(x.shape()), w.dim(1), w.dim(0),
-                     in16 ? static_cast<uint16_t*>(x.raw()) : bits(x16), bits(w16));
+    be(c).linear_fwd(in16 ? nullptr : x.f32(), w.f32(), b, out16 ? nullptr : y.f32(), rows_of(x.shape()), w.dim(1),
+                     w.dim(0), in16 ? static_cast<uint16_t*>(x.raw()) : bits(x16), bits(w16),
+                     out16 ? static_cast<uint16_t*>(y.raw()) : nullptr);
     c.out = {y};
     *c.saved = {x16, w16};
   }
   bool writes_grad(size_t) const override { return true; }
   bool takes16(size_t) const override { return true; }
+  bool emits16(size_t) const override { return true; }
   bool takes_dout16(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];

@@ -28,15 +28,23 @@ class CrossEntropy : public Op {
     const int32_t* t = c.in[1].i32();
     check_ids(c, t, N, V, "target");
     Tensor lse = Tensor::uninit({N}, DType::F32, MemCategory::Activations, device_of(c));
-    c.out = {scalar(c, be(c).cross_entropy_fwd(c.in[0].f32(), t, lse.f32(), N, V))};
+    const Tensor& lg = c.in[0];
+    const double loss = lg.dtype() != DType::F32 ? be(c).cross_entropy_fwd16(bits16(lg), t, lse.f32(), N, V)
+                                                 : be(c).cross_entropy_fwd(lg.f32(), t, lse.f32(), N, V);
+    c.out = {scalar(c, loss)};
     c.saved->push_back(lse);
   }
   bool writes_grad(size_t input) const override { return input == 0; }
   bool writes_grad16(const NodeCtx& c, size_t input) const override { return input == 0 && be(c).activations16(); }
+  bool takes16(size_t input) const override { return input == 0; }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
-    be(c).cross_entropy_bwd(c.in[0].f32(), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), N, V);
+    const Tensor& lg = c.in[0];
+    if (lg.dtype() != DType::F32)
+      be(c).cross_entropy_bwd16(bits16(lg), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), N, V);
+    else
+      be(c).cross_entropy_bwd(lg.f32(), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), N, V);
   }
 };
 
