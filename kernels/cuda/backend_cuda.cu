@@ -187,8 +187,8 @@ __device__ inline void st1(T* p, int64_t i, float v, bool acc, bool bf) {
 template <class T>
 __device__ inline void stv4(T* p, int64_t i, float4 v, bool acc, bool bf) {
   if constexpr (sizeof(T) == 2) {
-    reinterpret_cast<ushort4*>(p)[i] = make_ushort4(to16_bits(bf, v.x), to16_bits(bf, v.y), to16_bits(bf, v.z),
-                                                    to16_bits(bf, v.w));
+    reinterpret_cast<ushort4*>(p)[i] =
+        make_ushort4(to16_bits(bf, v.x), to16_bits(bf, v.y), to16_bits(bf, v.z), to16_bits(bf, v.w));
   } else {
     if (acc) {
       const float4 o = reinterpret_cast<const float4*>(p)[i];
@@ -502,8 +502,8 @@ __device__ inline void ce_put(D* d, int64_t v, float g, bool acc, bool bf) {
     d[v] = (acc ? d[v] : 0.f) + g;
 }
 template <class L, class D>
-__global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* lse, const float* dloss,
-                         D* dlogits, bool acc, bool bf, int64_t N, int64_t V) {
+__global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* lse, const float* dloss, D* dlogits,
+                         bool acc, bool bf, int64_t N, int64_t V) {
   const L* l = logits + blockIdx.x * V;
   D* d = dlogits + blockIdx.x * V;
   const float z = lse[blockIdx.x], scale = *dloss / static_cast<float>(N);
