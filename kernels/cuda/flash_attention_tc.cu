@@ -4,7 +4,8 @@
 // registers (the score accumulator fragment is re-packed in place as the next
 // product's A operand), tiles fed by ldmatrix from padded shared memory and
 // double-buffered with cp.async. Same contract as the fp32 kernels in
-// flash_attention.cu (f32 qkv / out / lse, gradients accumulated into dqkv).
+// flash_attention.cu (f32 qkv / out / lse, gradients added into or written over dqkv, or written in 16 bits
+// when the executor stores the qkv gradient in 16 bits).
 //
 // Each call first packs its f32 operands into 16-bit [B, H, Tp, 64] copies
 // (Tp = T rounded up to the tile, padding rows zero; Q pre-scaled by
