@@ -40,7 +40,12 @@ class CpuBackend : public Backend {
                   int64_t out, const uint16_t* /*x16*/, const uint16_t* /*w16: fp32 products*/,
                   const uint16_t* dy16) override {
     ZR_CHECK(dy && !dy16, "16-bit activations are CUDA-only");
-    cpu::linear_bwd(x, w, dy, acc_ptr(dx, N * in), dw, db, N, in, out);
+    ZR_CHECK(!dx.h, "16-bit gradients are CUDA-only");
+    if (dx && !dx.acc) {  // overwrite: the dx product with beta 0 (C is not read), no zero-fill
+      cpu::gemm(false, false, N, in, out, 1.f, dy, w, 0.f, dx.p);
+      dx = Grad();
+    }
+    cpu::linear_bwd(x, w, dy, dx.p, dw, db, N, in, out);
   }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
     cpu::add_fwd(a, b, y, n, nb);
