@@ -231,12 +231,12 @@ void act_fwd_any(const float* x, const uint16_t* x16, float* y, uint16_t* y16, i
   else
     map_mixed(ActF<A>{}, x, nullptr, y, n, false, bf);
 }
-template <int A>
-void act_bwd_any(const uint16_t* x16, const float* dy, Grad dx, int64_t n, bool bf) {
+template <int A, class X>
+void act_bwd_any(const X* x, const float* dy, Grad dx, int64_t n, bool bf) {
   if (dx.h)
-    map_mixed(ActBW<A>{}, x16, dy, dx.h, n, false, bf);
+    map_mixed(ActBW<A>{}, x, dy, dx.h, n, false, bf);
   else
-    map_mixed(ActBW<A>{}, x16, dy, dx.p, n, dx.acc, bf);
+    map_mixed(ActBW<A>{}, x, dy, dx.p, n, dx.acc, bf);
 }
 // Y: float, or uint16_t for 16-bit storage (bf: bfloat16 bits, else fp16).
 template <class Y>
@@ -355,7 +355,7 @@ __global__ void k_to16_colsum(bool bf, const float* dy, uint16_t* d, int64_t N, 
   if (c < C)
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
       const float v = dy[r * C + c];
-      d[r * C + c] = bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+      d[r * C + c] = to16_bits(bf, v);
       s0 += v;
     }
   __shared__ float sh[kColRows][33];
@@ -494,13 +494,6 @@ __global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_los
   }
 }
 // dlogits (+)= dloss * (softmax - onehot) / N: D = float (accumulated when acc) or uint16_t (16-bit, written).
-template <class D>
-__device__ inline void ce_put(D* d, int64_t v, float g, bool acc, bool bf) {
-  if constexpr (sizeof(D) == 2)
-    d[v] = to16_bits(bf, g);
-  else
-    d[v] = (acc ? d[v] : 0.f) + g;
-}
 template <class L, class D>
 __global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* lse, const float* dloss, D* dlogits,
                          bool acc, bool bf, int64_t N, int64_t V) {
@@ -511,14 +504,14 @@ __global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* l
   if (V % 4 == 0) {
     for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
       const float4 x = ldv4(l, v, bf);
-      ce_put(d, 4 * v, scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f)), acc, bf);
-      ce_put(d, 4 * v + 1, scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f)), acc, bf);
-      ce_put(d, 4 * v + 2, scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f)), acc, bf);
-      ce_put(d, 4 * v + 3, scale * (expf(x.w - z) - (4 * v + 3 == t ? 1.f : 0.f)), acc, bf);
+      st1(d, 4 * v, scale * (expf(x.x - z) - (4 * v == t ? 1.f : 0.f)), acc, bf);
+      st1(d, 4 * v + 1, scale * (expf(x.y - z) - (4 * v + 1 == t ? 1.f : 0.f)), acc, bf);
+      st1(d, 4 * v + 2, scale * (expf(x.z - z) - (4 * v + 2 == t ? 1.f : 0.f)), acc, bf);
+      st1(d, 4 * v + 3, scale * (expf(x.w - z) - (4 * v + 3 == t ? 1.f : 0.f)), acc, bf);
     }
   } else {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x)
-      ce_put(d, v, scale * (expf(ld1(l, v, bf) - z) - (v == t ? 1.f : 0.f)), acc, bf);
+      st1(d, v, scale * (expf(ld1(l, v, bf) - z) - (v == t ? 1.f : 0.f)), acc, bf);
   }
 }
 __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* out) {
@@ -703,8 +696,8 @@ class CudaBackend : public Backend {
       if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_beta, dx.p);
       if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
     } else {  // dy is rounded once for both products (summing its columns for db in the same pass)
-      Half dyh(dy ? static_cast<size_t>(N * out) : 0, false);
-      if (!dy) {  // 16-bit gradient: used as it is
+      Half dyh = dy ? Half(static_cast<size_t>(N * out), false) : Half();
+      if (!dy) {  // 16-bit gradient: used as it is, nothing to round
         if (db) column_sums(ColOf16{dy16, mm_ == DType::BF16}, N, out, db, nullptr);
         db = nullptr;
       } else {
@@ -747,14 +740,19 @@ class CudaBackend : public Backend {
     }
   }
   void act_bwd16x(Act act, const uint16_t* x16, const float* dy, Grad dx, int64_t n) override {
+    act_bwd_mixed(act, x16, dy, dx, n);
+  }
+  // Activation backward from an f32 or 16-bit input into any gradient.
+  template <class X>
+  void act_bwd_mixed(Act act, const X* x, const float* dy, Grad dx, int64_t n) {
     const bool bf = mm_ == DType::BF16;
     switch (act) {
       case Act::Gelu:
-        return act_bwd_any<0>(x16, dy, dx, n, bf);
+        return act_bwd_any<0>(x, dy, dx, n, bf);
       case Act::Relu:
-        return act_bwd_any<1>(x16, dy, dx, n, bf);
+        return act_bwd_any<1>(x, dy, dx, n, bf);
       default:
-        return act_bwd_any<2>(x16, dy, dx, n, bf);
+        return act_bwd_any<2>(x, dy, dx, n, bf);
     }
   }
   void layernorm_fwd16(const float* x, const float* w, const float* b, uint16_t* y, float* mean, float* rstd, int64_t N,
@@ -795,17 +793,7 @@ class CudaBackend : public Backend {
     }
   }
   void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) override {
-    if (dx.h) {
-      const bool bf = mm_ == DType::BF16;
-      switch (act) {
-        case Act::Gelu:
-          return map_mixed(ActBW<0>{}, x, dy, dx.h, n, false, bf);
-        case Act::Relu:
-          return map_mixed(ActBW<1>{}, x, dy, dx.h, n, false, bf);
-        default:
-          return map_mixed(ActBW<2>{}, x, dy, dx.h, n, false, bf);
-      }
-    }
+    if (dx.h) return act_bwd_mixed(act, x, dy, dx, n);  // the f32 paths below are the validated float4 maps
     switch (act) {
       case Act::Gelu:
         return dx.acc ? elementwise<true>(ActB<0>{}, x, dy, dx.p, n) : elementwise<false>(ActBW<0>{}, x, dy, dx.p, n);

@@ -27,8 +27,6 @@ inline int64_t attr_int(const Node& n, const char* key) {
   ZR_CHECK(n.attrs.contains(key) && n.attrs[key].is_number_integer(), "attribute '", key, "' must be an integer");
   return n.attrs[key].get<int64_t>();
 }
-// Whether the executor asked for output k in 16 bits (and the backend can).
-inline bool want16(const NodeCtx& c, size_t k);
 // Op outputs are written in full by their kernels: no zero-fill.
 inline Tensor new_out(const Shape& s, Device d) { return Tensor::uninit(s, DType::F32, MemCategory::Activations, d); }
 // The device an op runs on: that of its first input; every input and param must be there too.
@@ -41,6 +39,7 @@ inline Device device_of(const NodeCtx& c) {
   return d;
 }
 inline kernels::Backend& be(const NodeCtx& c) { return kernels::backend(device_of(c)); }
+// Whether the executor asked for output k in 16 bits (and the backend can).
 inline bool want16(const NodeCtx& c, size_t k) { return k < c.out16.size() && c.out16[k] && be(c).activations16(); }
 inline Tensor new_out16(const NodeCtx& c, const Shape& s) {
   return Tensor::uninit(s, be(c).matmul_dtype(), MemCategory::Activations, device_of(c));
