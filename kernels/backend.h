@@ -33,6 +33,16 @@ struct Grad {
   }
   explicit operator bool() const { return p != nullptr || h != nullptr; }
 };
+// A tensor as a kernel reads or writes it: f32 at p, or (p null) 16 bits in the backend's matmul dtype at h
+// (16-bit activation storage, CUDA only).
+struct Src {
+  const float* p = nullptr;
+  const uint16_t* h = nullptr;
+};
+struct Dst {
+  float* p = nullptr;
+  uint16_t* h = nullptr;
+};
 
 class Backend {
  public:
@@ -53,17 +63,19 @@ class Backend {
   virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                           int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) = 0;
   // 16-bit activation storage (CUDA in 16-bit runs): outputs written in the matmul dtype, and which
-  // ops can write 16-bit gradients (act_bwd, add_bwd without broadcast, cross_entropy_bwd, and
-  // flash_attention_bwd where attention_grad16 says so) through Grad::half.
+  // ops can write 16-bit gradients (linear dx, act_bwd16, add_bwd without broadcast, cross_entropy_bwd, and
+  // flash_attention_bwd where attention16 says so) through Grad::half.
   virtual bool activations16() const { return false; }
-  virtual bool attention_grad16(int64_t /*head_size*/) const { return false; }
-  // Activation from f32 x or (x null) 16-bit x16 into f32 y or (y null) 16-bit y16; the backward from x16.
+  // Whether flash attention at this head size reads and writes 16-bit storage (tensor-core kernels).
+  virtual bool attention16(int64_t /*head_size*/) const { return false; }
+  // Activation from f32 x or (x null) 16-bit x16 into f32 y or (y null) 16-bit y16.
   virtual void act_fwd16(Act, const float*, const uint16_t*, float*, uint16_t*, int64_t) {
     ZR_FAIL("16-bit activations are CUDA-only");
   }
-  virtual void act_bwd16x(Act, const uint16_t*, const float*, Grad, int64_t) {
-    ZR_FAIL("16-bit activations are CUDA-only");
-  }
+  // f[i] = the 16-bit h[i] as f32.
+  virtual void widen16(const uint16_t*, float*, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
+  // Its backward with x and dy each f32 or 16-bit.
+  virtual void act_bwd16(Act, Src, Src, Grad, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
   // Cross-entropy over 16-bit logits (same contract as cross_entropy_fwd / _bwd).
   virtual double cross_entropy_fwd16(const uint16_t*, const int32_t*, float*, int64_t, int64_t) {
     ZR_FAIL("16-bit activations are CUDA-only");
@@ -74,6 +86,11 @@ class Backend {
   }
   virtual void layernorm_fwd16(const float*, const float*, const float*, uint16_t*, float*, float*, int64_t, int64_t,
                                float) {
+    ZR_FAIL("16-bit activations are CUDA-only");
+  }
+  // layernorm_bwd from a 16-bit output gradient.
+  virtual void layernorm_bwd16(const float*, const float*, const float*, const float*, const uint16_t*, Grad, float*,
+                               float*, int64_t, int64_t) {
     ZR_FAIL("16-bit activations are CUDA-only");
   }
   virtual void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) = 0;
@@ -96,9 +113,13 @@ class Backend {
   // Flash-style attention (no T x T matrix): saves the per-row log-sum-exp
   // [B, H, T] instead of the probabilities; backward also reads the output.
   virtual bool has_flash_attention(int64_t /*head_size*/) const { return false; }
-  virtual void flash_attention_fwd(const float*, float*, float*, int64_t, int64_t, int64_t, int64_t) {}
-  virtual void flash_attention_bwd(const float*, const float*, const float*, const float*, Grad, int64_t, int64_t,
-                                   int64_t, int64_t) {}
+  // qkv, out and dout may be 16-bit where attention16(head size); the output is then written as `out` asks.
+  virtual void flash_attention_fwd(Src, Dst, float*, int64_t, int64_t, int64_t, int64_t) {
+    ZR_FAIL("flash attention is CUDA-only");
+  }
+  virtual void flash_attention_bwd(Src, Src, const float*, Src, Grad, int64_t, int64_t, int64_t, int64_t) {
+    ZR_FAIL("flash attention is CUDA-only");
+  }
   // Returns false if any id is outside [0, V) (nothing is written then).
   virtual bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) = 0;
   virtual void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) = 0;

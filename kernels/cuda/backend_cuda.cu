@@ -197,47 +197,63 @@ __device__ inline void stv4(T* p, int64_t i, float4 v, bool acc, bool bf) {
     reinterpret_cast<float4*>(p)[i] = v;
   }
 }
-// y (+)= f(a, b) over mixed storage (b f32, may be null); four elements per thread when v4 (all aligned).
-template <class F, class X, class Y>
-__global__ void k_map(F f, const X* a, const float* b, Y* y, int64_t n, bool acc, bool bf, bool v4) {
+// y (+)= f(a, b) over mixed storage (b may be null); four elements per thread when v4 (all aligned).
+template <class F, class X, class Z, class Y>
+__global__ void k_map(F f, const X* a, const Z* b, Y* y, int64_t n, bool acc, bool bf, bool v4) {
   int64_t start = 0;
   if (v4) {
     GRID_STRIDE(i, n / 4) {
-      const float4 x = ldv4(a, i, bf), z = b ? ld4(b, i) : make_float4(0, 0, 0, 0);
+      const float4 x = ldv4(a, i, bf), z = b ? ldv4(b, i, bf) : make_float4(0, 0, 0, 0);
       stv4(y, i, make_float4(f(x.x, z.x), f(x.y, z.y), f(x.z, z.z), f(x.w, z.w)), acc, bf);
     }
     start = n / 4 * 4;
   }
   for (int64_t i = start + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    st1(y, i, f(ld1(a, i, bf), b ? b[i] : 0.f), acc, bf);
+    st1(y, i, f(ld1(a, i, bf), b ? ld1(b, i, bf) : 0.f), acc, bf);
 }
-template <class F, class X, class Y>
-void map_mixed(F f, const X* a, const float* b, Y* y, int64_t n, bool acc, bool bf) {
+template <class F, class X, class Z, class Y>
+void map_mixed(F f, const X* a, const Z* b, Y* y, int64_t n, bool acc, bool bf) {
   if (n <= 0) return;
   auto al = [](const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
-  const bool v4 = al(a, 4 * sizeof(X)) && (!b || al(b, 16)) && al(y, 4 * sizeof(Y));
+  const bool v4 = al(a, 4 * sizeof(X)) && (!b || al(b, 4 * sizeof(Z))) && al(y, 4 * sizeof(Y));
   k_map<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb>>>(f, a, b, y, n, acc, bf, v4);
   ZR_CUDA(cudaGetLastError());
 }
 // The activation function A on the kernel's (x, unused) / its derivative times dy on (x, dy).
+constexpr const float* kNoB = nullptr;
 template <int A>
 void act_fwd_any(const float* x, const uint16_t* x16, float* y, uint16_t* y16, int64_t n, bool bf) {
   if (x16 && y16)
-    map_mixed(ActF<A>{}, x16, nullptr, y16, n, false, bf);
+    map_mixed(ActF<A>{}, x16, kNoB, y16, n, false, bf);
   else if (x16)
-    map_mixed(ActF<A>{}, x16, nullptr, y, n, false, bf);
+    map_mixed(ActF<A>{}, x16, kNoB, y, n, false, bf);
   else if (y16)
-    map_mixed(ActF<A>{}, x, nullptr, y16, n, false, bf);
+    map_mixed(ActF<A>{}, x, kNoB, y16, n, false, bf);
   else
-    map_mixed(ActF<A>{}, x, nullptr, y, n, false, bf);
+    map_mixed(ActF<A>{}, x, kNoB, y, n, false, bf);
 }
-template <int A, class X>
-void act_bwd_any(const X* x, const float* dy, Grad dx, int64_t n, bool bf) {
+template <int A, class X, class D>
+void act_bwd_any(const X* x, const D* dy, Grad dx, int64_t n, bool bf) {
   if (dx.h)
     map_mixed(ActBW<A>{}, x, dy, dx.h, n, false, bf);
   else
     map_mixed(ActBW<A>{}, x, dy, dx.p, n, dx.acc, bf);
 }
+// x and dy each f32 or 16-bit.
+template <int A>
+void act_bwd_src(Src x, Src dy, Grad dx, int64_t n, bool bf) {
+  if (x.p && dy.p)
+    act_bwd_any<A>(x.p, dy.p, dx, n, bf);
+  else if (x.p)
+    act_bwd_any<A>(x.p, dy.h, dx, n, bf);
+  else if (dy.p)
+    act_bwd_any<A>(x.h, dy.p, dx, n, bf);
+  else
+    act_bwd_any<A>(x.h, dy.h, dx, n, bf);
+}
+struct Ident {
+  __device__ float operator()(float v, float) const { return v; }
+};
 // Y: float, or uint16_t for 16-bit storage (bf: bfloat16 bits, else fp16).
 template <class Y>
 __global__ void k_ln_fwd(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd, int64_t N,
@@ -261,22 +277,25 @@ __global__ void k_ln_fwd(const float* x, const float* w, const float* b, Y* y, f
   }
   if (lane == 0) mean[row] = m, rstd[row] = rs;
 }
-__global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, const float* rstd, const float* dy,
-                            float* dx, bool acc, int64_t N, int64_t C) {
+// D: float, or uint16_t for a 16-bit dy.
+template <class D>
+__global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, const float* rstd, const D* dy,
+                            float* dx, bool acc, int64_t N, int64_t C, bool bf) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= N) return;
-  const float *xr = x + row * C, *dr = dy + row * C;
+  const float* xr = x + row * C;
+  const D* dr = dy + row * C;
   float mu = mean[row], rs = rstd[row], s1 = 0.f, s2 = 0.f;
   for (int64_t c = lane; c < C; c += 32) {
-    float g = dr[c] * w[c];
+    float g = ld1(dr, c, bf) * w[c];
     s1 += g;
     s2 += g * (xr[c] - mu) * rs;
   }
   s1 = warp_sum(s1) / C;
   s2 = warp_sum(s2) / C;
   for (int64_t c = lane; c < C; c += 32)
-    dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (dr[c] * w[c] - s1 - (xr[c] - mu) * rs * s2) * rs;
+    dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (ld1(dr, c, bf) * w[c] - s1 - (xr[c] - mu) * rs * s2) * rs;
 }
 // Column sums of an N x C matrix, two at a time (layernorm's dw and db share a
 // pass), without atomics so results are bitwise reproducible: blocks of 32
@@ -291,10 +310,13 @@ struct ColOf16 {  // sums a 16-bit dy (bias gradients from 16-bit gradients)
   bool bf;
   __device__ float2 operator()(int64_t r, int64_t c, int64_t C) const { return {from16(bf, dy[r * C + c]), 0.f}; }
 };
+template <class D>
 struct LnWB {  // dw += dy * xhat, db += dy
-  const float *x, *mean, *rstd, *dy;
+  const float *x, *mean, *rstd;
+  const D* dy;
+  bool bf;
   __device__ float2 operator()(int64_t r, int64_t c, int64_t C) const {
-    float d = dy[r * C + c];
+    float d = ld1(dy, r * C + c, bf);
     return {d * (x[r * C + c] - (mean ? mean[r] : 0.f)) * rstd[r], d};
   }
 };
@@ -691,7 +713,7 @@ class CudaBackend : public Backend {
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
                   int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) override {
     const float dx_beta = dx.acc ? 1.f : 0.f;
-    ZR_CHECK(!dx.h, "the linear backward writes f32 input gradients");
+    ZR_CHECK(!dx.h || mm_ != DType::F32, "16-bit input gradients need a 16-bit matmul dtype");
     if (mm_ == DType::F32) {
       if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_beta, dx.p);
       if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
@@ -712,7 +734,10 @@ class CudaBackend : public Backend {
       if (dx) {
         Half wh = w16 ? Half() : to16(w, out * in);
         profile::Scope ps(".. cublasLt linear dx");
-        lt().run(mm_, false, false, N, in, out, dy16, out, w16 ? w16 : wh.p, in, dx_beta, dx.p, in, nullptr);
+        if (dx.h)  // 16-bit gradient: written, never accumulated
+          lt().run(mm_, false, false, N, in, out, dy16, out, w16 ? w16 : wh.p, in, 0.f, dx.h, mm_, in, nullptr);
+        else
+          lt().run(mm_, false, false, N, in, out, dy16, out, w16 ? w16 : wh.p, in, dx_beta, dx.p, in, nullptr);
       }
       if (dw) {
         Half xh = x16 ? Half() : to16(x, N * in);
@@ -727,7 +752,7 @@ class CudaBackend : public Backend {
   }
   DType matmul_dtype() const override { return mm_; }
   bool activations16() const override { return mm_ != DType::F32; }
-  bool attention_grad16(int64_t hs) const override { return tensor_core_attention(hs); }
+  bool attention16(int64_t hs) const override { return tensor_core_attention(hs); }
   void act_fwd16(Act act, const float* x, const uint16_t* x16, float* y, uint16_t* y16, int64_t n) override {
     const bool bf = mm_ == DType::BF16;
     switch (act) {
@@ -739,20 +764,18 @@ class CudaBackend : public Backend {
         return act_fwd_any<2>(x, x16, y, y16, n, bf);
     }
   }
-  void act_bwd16x(Act act, const uint16_t* x16, const float* dy, Grad dx, int64_t n) override {
-    act_bwd_mixed(act, x16, dy, dx, n);
+  void widen16(const uint16_t* h, float* f, int64_t n) override {
+    map_mixed(Ident{}, h, kNoB, f, n, false, mm_ == DType::BF16);
   }
-  // Activation backward from an f32 or 16-bit input into any gradient.
-  template <class X>
-  void act_bwd_mixed(Act act, const X* x, const float* dy, Grad dx, int64_t n) {
+  void act_bwd16(Act act, Src x, Src dy, Grad dx, int64_t n) override {
     const bool bf = mm_ == DType::BF16;
     switch (act) {
       case Act::Gelu:
-        return act_bwd_any<0>(x, dy, dx, n, bf);
+        return act_bwd_src<0>(x, dy, dx, n, bf);
       case Act::Relu:
-        return act_bwd_any<1>(x, dy, dx, n, bf);
+        return act_bwd_src<1>(x, dy, dx, n, bf);
       default:
-        return act_bwd_any<2>(x, dy, dx, n, bf);
+        return act_bwd_src<2>(x, dy, dx, n, bf);
     }
   }
   void layernorm_fwd16(const float* x, const float* w, const float* b, uint16_t* y, float* mean, float* rstd, int64_t N,
@@ -793,7 +816,7 @@ class CudaBackend : public Backend {
     }
   }
   void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) override {
-    if (dx.h) return act_bwd_mixed(act, x, dy, dx, n);  // the f32 paths below are the validated float4 maps
+    if (dx.h) return act_bwd16(act, Src{x, nullptr}, Src{dy, nullptr}, dx, n);  // f32 below: the float4 maps
     switch (act) {
       case Act::Gelu:
         return dx.acc ? elementwise<true>(ActB<0>{}, x, dy, dx.p, n) : elementwise<false>(ActBW<0>{}, x, dy, dx.p, n);
@@ -812,8 +835,17 @@ class CudaBackend : public Backend {
   void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, Grad dx,
                      float* dw, float* db, int64_t N, int64_t C) override {
     if (!N) return;
-    if (dx) k_ln_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C);
-    if (dw || db) column_sums(LnWB{x, mean, rstd, dy}, N, C, dw, db);
+    if (dx) k_ln_bwd_dx<float><<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, false);
+    if (dw || db) column_sums(LnWB<float>{x, mean, rstd, dy, false}, N, C, dw, db);
+    ZR_CUDA(cudaGetLastError());
+  }
+  void layernorm_bwd16(const float* x, const float* w, const float* mean, const float* rstd, const uint16_t* dy,
+                       Grad dx, float* dw, float* db, int64_t N, int64_t C) override {
+    if (!N) return;
+    ZR_CHECK(!dx.h, "a layernorm's input gradient is f32");
+    const bool bf = mm_ == DType::BF16;
+    if (dx) k_ln_bwd_dx<uint16_t><<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, bf);
+    if (dw || db) column_sums(LnWB<uint16_t>{x, mean, rstd, dy, bf}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) override {
@@ -825,7 +857,7 @@ class CudaBackend : public Backend {
                    int64_t C) override {
     if (!N) return;
     if (dx) k_rms_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, rstd, dy, dx.p, dx.acc, N, C);
-    if (dw) column_sums(LnWB{x, nullptr, rstd, dy}, N, C, dw, nullptr);
+    if (dw) column_sums(LnWB<float>{x, nullptr, rstd, dy, false}, N, C, dw, nullptr);
     ZR_CUDA(cudaGetLastError());
   }
   void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
@@ -864,25 +896,33 @@ class CudaBackend : public Backend {
     }
   }
   bool has_flash_attention(int64_t head_size) const override { return flash::supported(head_size); }
-  void flash_attention_fwd(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C,
-                           int64_t H) override {
-    if (tensor_core_attention(C / H)) {
-      DevBuf<uint16_t> scratch(static_cast<size_t>(flash::tc_scratch_elems(B, T, H)), false);
-      flash::tc_forward(mm_ == DType::BF16, qkv, out, lse, scratch.p, B, T, C, H);
-    } else
-      flash::forward(qkv, out, lse, B, T, C, H);
+  void flash_attention_fwd(Src qkv, Dst out, float* lse, int64_t B, int64_t T, int64_t C, int64_t H) override {
+    const int64_t n3 = B * T * 3 * C, n = B * T * C;
+    if (tensor_core_attention(C / H)) {  // 16-bit operands: an f32 qkv is rounded first
+      Half q16 = qkv.h ? Half() : to16(qkv.p, n3);
+      flash::tc_forward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, B, T, C, H);
+      return;
+    }
+    DevBuf<float> qf = widened(qkv, n3), of = out.h ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
+    flash::forward(qkv.h ? qf.p : qkv.p, out.h ? of.p : out.p, lse, B, T, C, H);
+    if (out.h) round16(of.p, out.h, n);
   }
-  void flash_attention_bwd(const float* qkv, const float* out, const float* lse, const float* dout, Grad dqkv,
-                           int64_t B, int64_t T, int64_t C, int64_t H) override {
+  void flash_attention_bwd(Src qkv, Src out, const float* lse, Src dout, Grad dqkv, int64_t B, int64_t T, int64_t C,
+                           int64_t H) override {
+    const int64_t n3 = B * T * 3 * C, n = B * T * C;
     DevBuf<float> delta(static_cast<size_t>(B * H * T), false);
     if (tensor_core_attention(C / H)) {
-      DevBuf<uint16_t> scratch(static_cast<size_t>(flash::tc_scratch_elems(B, T, H)), false);
-      flash::tc_backward(mm_ == DType::BF16, qkv, out, lse, dout, dqkv.p, dqkv.h, dqkv.acc, delta.p, scratch.p, B, T, C,
-                         H);
-    } else {
-      ZR_CHECK(!dqkv.h, "16-bit attention gradients need the tensor-core kernels");
-      flash::backward(qkv, out, lse, dout, zeroed_unless_acc(dqkv, B * T * 3 * C), delta.p, B, T, C, H);
+      Half q16 = qkv.h ? Half() : to16(qkv.p, n3), d16 = dout.h ? Half() : to16(dout.p, n);
+      flash::tc_backward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, dout.h ? dout.h : d16.p, dqkv.p,
+                         dqkv.h, dqkv.acc, delta.p, B, T, C, H);
+      return;
     }
+    DevBuf<float> qf = widened(qkv, n3), of = widened(out, n), df = widened(dout, n);
+    float* d = dqkv.h ? nullptr : zeroed_unless_acc(dqkv, n3);
+    DevBuf<float> d32 = dqkv.h ? DevBuf<float>(static_cast<size_t>(n3)) : DevBuf<float>();
+    flash::backward(qkv.h ? qf.p : qkv.p, out.h ? of.p : out.p, lse, dout.h ? df.p : dout.p, dqkv.h ? d32.p : d,
+                    delta.p, B, T, C, H);
+    if (dqkv.h) round16(d32.p, dqkv.h, n3);
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
     DevBuf<int> bad(1);
@@ -1017,6 +1057,13 @@ class CudaBackend : public Backend {
     k_to16_colsum<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
     ZR_CUDA(cudaGetLastError());
     col_final(part.p, chunks, C, db, nullptr, true);
+  }
+  // An f32 copy of a 16-bit input (empty when it is f32 already).
+  DevBuf<float> widened(Src x, int64_t n) {
+    if (!x.h) return {};
+    DevBuf<float> f(static_cast<size_t>(n), false);
+    widen16(x.h, f.p, n);
+    return f;
   }
   // 16-bit runs use the tensor-core kernels where the head size allows.
   bool tensor_core_attention(int64_t hs) const { return mm_ != DType::F32 && flash::tc_supported(hs); }

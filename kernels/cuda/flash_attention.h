@@ -13,15 +13,14 @@ void backward(const float* qkv, const float* out, const float* lse, const float*
 void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H);
 
 // Tensor-core variant for 16-bit runs (flash_attention_tc.cu): bf16 (or fp16)
-// operands, fp32 accumulation; head size 64 only. Same tensors as above, plus
-// `scratch` of tc_scratch_elems() 16-bit elements for the packed operands.
+// operands, fp32 accumulation; head size 64 only. qkv [B, T, 3C] in 16 bits;
+// the output in f32 (out) or 16 bits (out16, out null).
 bool tc_supported(int64_t head_size);
-int64_t tc_scratch_elems(int64_t B, int64_t T, int64_t H);
-void tc_forward(bool bf16, const float* qkv, float* out, float* lse, uint16_t* scratch, int64_t B, int64_t T, int64_t C,
-                int64_t H);
-// acc: add into dqkv (else overwrite it).
-// dqkv16 non-null: dqkv is written there in 16 bits instead (dqkv unused).
-void tc_backward(bool bf16, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                 uint16_t* dqkv16, bool acc, float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C,
-                 int64_t H);
+void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int64_t B, int64_t T,
+                int64_t C, int64_t H);
+// dout [B, T, C] in 16 bits; the forward's output in out or out16. The qkv gradient is added into
+// (acc) or written over dqkv, or (dqkv16 non-null, dqkv null) written in 16 bits. `delta`: B*H*T floats of scratch.
+void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
+                 const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, int64_t B, int64_t T,
+                 int64_t C, int64_t H);
 }  // namespace zerorun::kernels::flash

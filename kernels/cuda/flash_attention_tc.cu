@@ -3,15 +3,15 @@
 // mma.sync m16n8k16 with the scores, probabilities and outputs held in
 // registers (the score accumulator fragment is re-packed in place as the next
 // product's A operand), tiles fed by ldmatrix from padded shared memory and
-// double-buffered with cp.async. Same contract as the fp32 kernels in
-// flash_attention.cu (f32 qkv / out / lse, gradients added into or written over dqkv, or written in 16 bits
-// when the executor stores the qkv gradient in 16 bits).
+// double-buffered with cp.async.
 //
-// Each call first packs its f32 operands into 16-bit [B, H, Tp, 64] copies
-// (Tp = T rounded up to the tile, padding rows zero; Q pre-scaled by
-// log2(e)/sqrt(64) so the softmax runs on exp2). The backward is one kernel
-// per key block (dK, dV in registers) and one per query block (dQ): seven
-// products instead of FlashAttention-2's five with atomics, in exchange for
+// The kernels read 16-bit qkv [B, T, 3C] and output gradient [B, T, C] where
+// they lie (strided rows, no packed copies; rows past T are zero-filled in
+// shared memory), write the output in f32 or 16 bits, and the qkv gradient
+// added into / written over f32, or written in 16 bits. The softmax runs on
+// exp2 of the scores times log2(e)/sqrt(64). The backward is one kernel per key
+// block (dK, dV in registers) and one per query block (dQ): seven products
+// instead of FlashAttention-2's five with atomics, in exchange for
 // deterministic, atomic-free gradients.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -33,8 +33,6 @@ constexpr int LD = HS + 8;       // shared-memory row stride (elements): 144 B, 
 constexpr int kTile = BR * LD;   // elements of one tile in shared memory
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
-
-int64_t padded(int64_t T) { return (T + BR - 1) / BR * BR; }
 
 // ---- PTX wrappers ----------------------------------------------------------------
 template <bool BF>
@@ -88,11 +86,15 @@ __device__ inline uint32_t pack2(float lo, float hi) {
 }
 
 // ---- tiles and warp-level products ------------------------------------------------
-// One BR x HS tile, rows contiguous in global memory (HS elements each), into shared memory (stride LD).
-__device__ inline void load_tile(uint16_t* s, const uint16_t* g) {
+// A BR x HS tile: rows r0 .. r0 + BR - 1 of a head (`g` = its row 0, rows `ld` elements apart) into shared
+// memory (stride LD); rows at or past T are zeros.
+__device__ inline void load_tile(uint16_t* s, const uint16_t* g, int64_t ld, int r0, int T) {
   for (int i = threadIdx.x; i < BR * (HS / 8); i += blockDim.x) {
     const int r = i / (HS / 8), c = (i % (HS / 8)) * 8;
-    cp16(s + r * LD + c, g + r * HS + c);
+    if (r0 + r < T)
+      cp16(s + r * LD + c, g + (size_t)(r0 + r) * ld + c);
+    else
+      *reinterpret_cast<uint4*>(s + r * LD + c) = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -169,52 +171,60 @@ __device__ inline void add_rows(const Acc& acc, float* dst, uint16_t* dst16, int
   }
 }
 
-// ---- packing ------------------------------------------------------------------------
-// dst[b, h, t, i] = mul * src[(b * T + t) * ld + h * HS + i] for t < T, 0 for T <= t < Tp; 8 elements per thread.
+// ---- row term ---------------------------------------------------------------------------
 template <bool BF>
-__global__ void k_pack(const float* src, int64_t ld, uint16_t* dst, int B, int T, int Tp, int H, float mul) {
-  const int64_t n = (int64_t)B * H * Tp * (HS / 8);
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    const int c = (int)(i % (HS / 8)) * 8;
-    const int64_t row = i / (HS / 8);  // (b * H + h) * Tp + t
-    const int t = (int)(row % Tp), bh = (int)(row / Tp), h = bh % H, b = bh / H;
-    uint4 out = {0, 0, 0, 0};
-    if (t < T) {
-      const float4* s = reinterpret_cast<const float4*>(src + ((size_t)b * T + t) * ld + h * HS + c);
-      const float4 x = s[0], y = s[1];
-      out = {pack2<BF>(mul * x.x, mul * x.y), pack2<BF>(mul * x.z, mul * x.w), pack2<BF>(mul * y.x, mul * y.y),
-             pack2<BF>(mul * y.z, mul * y.w)};
-    }
-    *reinterpret_cast<uint4*>(dst + row * HS + c) = out;
+__device__ inline float from16(uint16_t u) {
+  if constexpr (BF)
+    return __bfloat162float(__ushort_as_bfloat16(u));
+  else
+    return __half2float(__ushort_as_half(u));
+}
+template <bool BF, class O>
+__device__ inline float2 ld2(const O* p) {
+  if constexpr (sizeof(O) == 2) {
+    const uint32_t u = *reinterpret_cast<const uint32_t*>(p);
+    return make_float2(from16<BF>(u & 0xffffu), from16<BF>(u >> 16));
+  } else {
+    return *reinterpret_cast<const float2*>(p);
   }
 }
 
-template <bool BF>
-void pack(const float* src, int64_t ld, uint16_t* dst, int B, int T, int H, float mul) {
-  const int Tp = (int)padded(T);
-  const int64_t n = (int64_t)B * H * Tp * (HS / 8);
-  if (n == 0) return;
-  k_pack<BF><<<(unsigned)std::min<int64_t>((n + 255) / 256, 1 << 16), 256>>>(src, ld, dst, B, T, Tp, H, mul);
-  ZR_CUDA(cudaGetLastError());
+// delta[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i]: one warp per (b, t, h), two elements per lane.
+template <bool BF, class O>
+__global__ void k_delta(const O* out, const uint16_t* dout, float* delta, int B, int T, int C, int H) {
+  const int64_t n = (int64_t)B * H * T, warps = (int64_t)gridDim.x * blockDim.x / 32;
+  const int lane = threadIdx.x & 31;
+  for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; w < n; w += warps) {
+    const int h = (int)(w % H);
+    const int64_t bt = w / H, off = bt * C + h * HS + 2 * lane;
+    const float2 o = ld2<BF>(out + off), d = ld2<BF>(dout + off);
+    float s = o.x * d.x + o.y * d.y;
+    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
+    if (lane == 0) delta[(bt / T * H + h) * T + bt % T] = s;
+  }
 }
 
 // ---- forward ------------------------------------------------------------------------
 constexpr size_t kFwdSmem = 2 * (size_t)(5 * kTile);  // Q + double-buffered K, V
+constexpr float kQk = kLog2e / 8.f;                   // scores -> log2 domain: log2(e) / sqrt(HS)
+constexpr float kInvSqrtHs = 1.f / 8.f;
 
 template <bool BF>
-__global__ void __launch_bounds__(32 * kWarps) k_fwd(const uint16_t* q, const uint16_t* k, const uint16_t* v,
-                                                     float* out, float* lse, int T, int Tp, int C, int H) {
+__global__ void __launch_bounds__(32 * kWarps)
+    k_fwd(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int T, int C, int H) {
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Qs = sm;
   uint16_t* Ks = Qs + kTile;  // [2][BR][LD]
   uint16_t* Vs = Ks + 2 * kTile;
-  const int nt = Tp / BR, qt = nt - 1 - blockIdx.x;  // the longest rows first
+  const int nt = (T + BR - 1) / BR, qt = nt - 1 - blockIdx.x;  // the longest rows first
   const int b = blockIdx.z, h = blockIdx.y, q0 = qt * BR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const size_t head = ((size_t)b * H + h) * Tp * HS;
-  load_tile(Qs, q + head + (size_t)q0 * HS);
-  load_tile(Ks, k + head);
-  load_tile(Vs, v + head);
+  const int64_t ld = 3 * (int64_t)C;
+  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
+  const uint16_t *kh = qh + C, *vh = qh + 2 * C;
+  load_tile(Qs, qh, ld, q0, T);
+  load_tile(Ks, kh, ld, 0, T);
+  load_tile(Vs, vh, ld, 0, T);
   cp_commit();
   Acc o, s;
   zero(o);
@@ -222,22 +232,22 @@ __global__ void __launch_bounds__(32 * kWarps) k_fwd(const uint16_t* q, const ui
   for (int j = 0; j <= qt; ++j) {
     const int buf = j & 1;
     if (j < qt) {
-      load_tile(Ks + (buf ^ 1) * kTile, k + head + (size_t)(j + 1) * BR * HS);
-      load_tile(Vs + (buf ^ 1) * kTile, v + head + (size_t)(j + 1) * BR * HS);
+      load_tile(Ks + (buf ^ 1) * kTile, kh, ld, (j + 1) * BR, T);
+      load_tile(Vs + (buf ^ 1) * kTile, vh, ld, (j + 1) * BR, T);
       cp_commit();
       cp_wait<1>();
     } else {
       cp_wait<0>();
     }
     __syncthreads();
-    mm_abt<BF>(s, Qs + warp * 16 * LD, Ks + buf * kTile, lane);  // log2-scaled scores
-    if (j == qt) {                                               // diagonal tile: key > query is masked
+    mm_abt<BF>(s, Qs + warp * 16 * LD, Ks + buf * kTile, lane);
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (8 * n + 2 * t4 + (e & 1) > warp * 16 + g + 8 * (e >> 1)) s[n][e] = -INFINITY;
-    }
+      for (int e = 0; e < 4; ++e) {  // log2-scaled; on the diagonal tile key > query is masked
+        const bool masked = j == qt && 8 * n + 2 * t4 + (e & 1) > warp * 16 + g + 8 * (e >> 1);
+        s[n][e] = masked ? -INFINITY : s[n][e] * kQk;
+      }
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float mx = m[r];
@@ -268,10 +278,16 @@ __global__ void __launch_bounds__(32 * kWarps) k_fwd(const uint16_t* q, const ui
     const int tq = q0 + warp * 16 + g + 8 * r;
     if (tq >= T) continue;
     const float inv = 1.f / l[r];
-    float* orow = out + ((size_t)b * T + tq) * C + h * HS + 2 * t4;
+    const size_t off = ((size_t)b * T + tq) * C + h * HS + 2 * t4;
+    if (out16) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
-      *reinterpret_cast<float2*>(orow + 8 * n) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<uint32_t*>(out16 + off + 8 * n) = pack2<BF>(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    } else {
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<float2*>(out + off + 8 * n) = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+    }
     if (t4 == 0) lse[((size_t)b * H + h) * T + tq] = (m[r] + log2f(l[r])) * kLn2;
   }
 }
@@ -291,8 +307,8 @@ __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, co
 
 template <bool BF>
 __global__ void __launch_bounds__(32 * kWarps)
-    k_bwd_kv(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,
-             const float* delta, float* dqkv, uint16_t* dqkv16, int T, int Tp, int C, int H, bool acc) {
+    k_bwd_kv(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+             uint16_t* dqkv16, int T, int C, int H, bool acc) {
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Ks = sm;
   uint16_t* Vs = Ks + kTile;
@@ -300,16 +316,18 @@ __global__ void __launch_bounds__(32 * kWarps)
   uint16_t* dOs = Qs + 2 * kTile;                         // [2][BR][LD]
   float* Ls = reinterpret_cast<float*>(dOs + 2 * kTile);  // [2][BR]
   float* Ds = Ls + 2 * BR;                                // [2][BR]
-  const int nt = Tp / BR, kt = blockIdx.x;                // block 0 has the most query tiles
+  const int nt = (T + BR - 1) / BR, kt = blockIdx.x;      // block 0 has the most query tiles
   const int b = blockIdx.z, h = blockIdx.y, k0 = kt * BR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const size_t head = ((size_t)b * H + h) * Tp * HS;
+  const int64_t ld = 3 * (int64_t)C;
+  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
+  const uint16_t* dh = dout + (size_t)b * T * C + h * HS;
   const float* L = lse + ((size_t)b * H + h) * T;
   const float* Dl = delta + ((size_t)b * H + h) * T;
-  load_tile(Ks, k + head + (size_t)k0 * HS);
-  load_tile(Vs, v + head + (size_t)k0 * HS);
-  load_tile(Qs, q + head + (size_t)k0 * HS);
-  load_tile(dOs, dout + head + (size_t)k0 * HS);
+  load_tile(Ks, qh + C, ld, k0, T);
+  load_tile(Vs, qh + 2 * C, ld, k0, T);
+  load_tile(Qs, qh, ld, k0, T);
+  load_tile(dOs, dh, C, k0, T);
   cp_commit();
   load_row_terms(Ls, Ds, L, Dl, k0, T);
   Acc dk, dv, s, dp;
@@ -318,8 +336,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int j = kt; j < nt; ++j) {
     const int buf = (j - kt) & 1;
     if (j + 1 < nt) {
-      load_tile(Qs + (buf ^ 1) * kTile, q + head + (size_t)(j + 1) * BR * HS);
-      load_tile(dOs + (buf ^ 1) * kTile, dout + head + (size_t)(j + 1) * BR * HS);
+      load_tile(Qs + (buf ^ 1) * kTile, qh, ld, (j + 1) * BR, T);
+      load_tile(dOs + (buf ^ 1) * kTile, dh, C, (j + 1) * BR, T);
       cp_commit();
       load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
       cp_wait<1>();
@@ -331,14 +349,14 @@ __global__ void __launch_bounds__(32 * kWarps)
     const uint16_t* dOb = dOs + buf * kTile;
     const float* Lb = Ls + buf * BR;
     const float* Db = Ds + buf * BR;
-    mm_abt<BF>(s, Ks + warp * 16 * LD, Qb, lane);  // S^T (keys x queries), log2-scaled
+    mm_abt<BF>(s, Ks + warp * 16 * LD, Qb, lane);  // S^T (keys x queries)
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int c = 8 * n + 2 * t4 + (e & 1);  // query within the tile
         const bool masked = j == kt && c < warp * 16 + g + 8 * (e >> 1);
-        s[n][e] = masked ? 0.f : exp2f(s[n][e] - Lb[c]);  // P^T
+        s[n][e] = masked ? 0.f : exp2f(s[n][e] * kQk - Lb[c]);  // P^T
       }
     mm_pm<BF>(dv, s, dOb, lane);                     // dV += P^T dO
     mm_abt<BF>(dp, Vs + warp * 16 * LD, dOb, lane);  // dP^T = V dO^T
@@ -346,14 +364,15 @@ __global__ void __launch_bounds__(32 * kWarps)
     for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - Db[8 * n + 2 * t4 + (e & 1)]);  // dS^T
-    mm_pm<BF>(dk, dp, Qb, lane);  // dK += dS^T (Q log2(e) / sqrt(hs))
+    mm_pm<BF>(dk, dp, Qb, lane);  // dK += dS^T Q (times 1/sqrt(hs) when written)
     __syncthreads();
   }
-  float* base = dqkv + (size_t)b * T * 3 * C + h * HS;
-  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * 3 * C + h * HS : nullptr;
-  add_rows<BF>(dk, base + C, base16 ? base16 + C : nullptr, 3 * C, k0 + warp * 16, T, lane, kLn2,
-               acc);  // undo the log2(e) folded into Q
-  add_rows<BF>(dv, base + 2 * C, base16 ? base16 + 2 * C : nullptr, 3 * C, k0 + warp * 16, T, lane, 1.f, acc);
+  float* base = dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr;
+  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr;
+  add_rows<BF>(dk, base ? base + C : nullptr, base16 ? base16 + C : nullptr, ld, k0 + warp * 16, T, lane, kInvSqrtHs,
+               acc);
+  add_rows<BF>(dv, base ? base + 2 * C : nullptr, base16 ? base16 + 2 * C : nullptr, ld, k0 + warp * 16, T, lane, 1.f,
+               acc);
 }
 
 // ---- backward: dQ per query block ------------------------------------------------------
@@ -361,21 +380,23 @@ constexpr size_t kQSmem = 2 * (size_t)(6 * kTile);  // Q, dO; double-buffered K,
 
 template <bool BF>
 __global__ void __launch_bounds__(32 * kWarps)
-    k_bwd_q(const uint16_t* q, const uint16_t* k, const uint16_t* v, const uint16_t* dout, const float* lse,
-            const float* delta, float* dqkv, uint16_t* dqkv16, int T, int Tp, int C, int H, bool acc) {
+    k_bwd_q(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+            uint16_t* dqkv16, int T, int C, int H, bool acc) {
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Qs = sm;
   uint16_t* dOs = Qs + kTile;
   uint16_t* Ks = dOs + kTile;  // [2][BR][LD]
   uint16_t* Vs = Ks + 2 * kTile;
-  const int nt = Tp / BR, qt = nt - 1 - blockIdx.x;
+  const int nt = (T + BR - 1) / BR, qt = nt - 1 - blockIdx.x;
   const int b = blockIdx.z, h = blockIdx.y, q0 = qt * BR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const size_t head = ((size_t)b * H + h) * Tp * HS;
-  load_tile(Qs, q + head + (size_t)q0 * HS);
-  load_tile(dOs, dout + head + (size_t)q0 * HS);
-  load_tile(Ks, k + head);
-  load_tile(Vs, v + head);
+  const int64_t ld = 3 * (int64_t)C;
+  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
+  const uint16_t *kh = qh + C, *vh = qh + 2 * C;
+  load_tile(Qs, qh, ld, q0, T);
+  load_tile(dOs, dout + (size_t)b * T * C + h * HS, C, q0, T);
+  load_tile(Ks, kh, ld, 0, T);
+  load_tile(Vs, vh, ld, 0, T);
   cp_commit();
   float Lr[2], Dr[2];  // this lane's two rows
 #pragma unroll
@@ -389,8 +410,8 @@ __global__ void __launch_bounds__(32 * kWarps)
   for (int j = 0; j <= qt; ++j) {
     const int buf = j & 1;
     if (j < qt) {
-      load_tile(Ks + (buf ^ 1) * kTile, k + head + (size_t)(j + 1) * BR * HS);
-      load_tile(Vs + (buf ^ 1) * kTile, v + head + (size_t)(j + 1) * BR * HS);
+      load_tile(Ks + (buf ^ 1) * kTile, kh, ld, (j + 1) * BR, T);
+      load_tile(Vs + (buf ^ 1) * kTile, vh, ld, (j + 1) * BR, T);
       cp_commit();
       cp_wait<1>();
     } else {
@@ -398,7 +419,7 @@ __global__ void __launch_bounds__(32 * kWarps)
     }
     __syncthreads();
     const uint16_t* Kb = Ks + buf * kTile;
-    mm_abt<BF>(s, Qs + warp * 16 * LD, Kb, lane);                  // S, log2-scaled
+    mm_abt<BF>(s, Qs + warp * 16 * LD, Kb, lane);                  // S
     mm_abt<BF>(dp, dOs + warp * 16 * LD, Vs + buf * kTile, lane);  // dP = dO V^T
 #pragma unroll
     for (int n = 0; n < 8; ++n)
@@ -406,13 +427,13 @@ __global__ void __launch_bounds__(32 * kWarps)
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const bool masked = j == qt && 8 * n + 2 * t4 + (e & 1) > warp * 16 + g + 8 * r;
-        dp[n][e] = masked ? 0.f : exp2f(s[n][e] - Lr[r]) * (dp[n][e] - Dr[r]);  // dS
+        dp[n][e] = masked ? 0.f : exp2f(s[n][e] * kQk - Lr[r]) * (dp[n][e] - Dr[r]);  // dS
       }
     mm_pm<BF>(dq, dp, Kb, lane);  // dQ += dS K
     __syncthreads();
   }
-  add_rows<BF>(dq, dqkv + (size_t)b * T * 3 * C + h * HS, dqkv16 ? dqkv16 + (size_t)b * T * 3 * C + h * HS : nullptr,
-               3 * C, q0 + warp * 16, T, lane, 1.f / sqrtf((float)HS), acc);
+  add_rows<BF>(dq, dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr,
+               dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr, ld, q0 + warp * 16, T, lane, kInvSqrtHs, acc);
 }
 
 template <typename K>
@@ -420,68 +441,62 @@ void opt_in_smem(K kernel, size_t bytes) {
   ZR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-constexpr float q_mul() { return kLog2e / 8.f; }  // log2(e) / sqrt(HS)
-
 template <bool BF>
-void fwd_e(const float* qkv, float* out, float* lse, uint16_t* scratch, int B, int T, int C, int H) {
+void fwd_e(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
   static bool once = (opt_in_smem(k_fwd<BF>, kFwdSmem), true);
   (void)once;
-  const int Tp = (int)padded(T);
-  const size_t n = (size_t)B * H * Tp * HS;
-  uint16_t *q = scratch, *k = q + n, *v = k + n;
-  pack<BF>(qkv, 3 * C, q, B, T, H, q_mul());
-  pack<BF>(qkv + C, 3 * C, k, B, T, H, 1.f);
-  pack<BF>(qkv + 2 * C, 3 * C, v, B, T, H, 1.f);
-  dim3 grid(Tp / BR, H, B);
-  k_fwd<BF><<<grid, 32 * kWarps, kFwdSmem>>>(q, k, v, out, lse, T, Tp, C, H);
+  dim3 grid((T + BR - 1) / BR, H, B);
+  k_fwd<BF><<<grid, 32 * kWarps, kFwdSmem>>>(qkv, out, out16, lse, T, C, H);
   ZR_CUDA(cudaGetLastError());
 }
 
 template <bool BF>
-void bwd_e(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, uint16_t* dqkv16,
-           bool acc, float* delta, uint16_t* scratch, int B, int T, int C, int H) {
+void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
+           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, int B, int T, int C, int H) {
   static bool once = (opt_in_smem(k_bwd_kv<BF>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
   (void)once;
-  row_delta(out, dout, delta, B, T, C, H);
-  const int Tp = (int)padded(T);
-  const size_t n = (size_t)B * H * Tp * HS;
-  uint16_t *q = scratch, *k = q + n, *v = k + n, *d = v + n;
-  pack<BF>(qkv, 3 * C, q, B, T, H, q_mul());
-  pack<BF>(qkv + C, 3 * C, k, B, T, H, 1.f);
-  pack<BF>(qkv + 2 * C, 3 * C, v, B, T, H, 1.f);
-  pack<BF>(dout, C, d, B, T, H, 1.f);
-  dim3 grid(Tp / BR, H, B);
-  k_bwd_kv<BF><<<grid, 32 * kWarps, kKvSmem>>>(q, k, v, d, lse, delta, dqkv, dqkv16, T, Tp, C, H, acc);
+  const int64_t rows = (int64_t)B * T * H;
+  const unsigned dg = (unsigned)std::min<int64_t>((rows + 7) / 8, 1 << 16);  // 8 warps per block
+  if (out16)
+    k_delta<BF, uint16_t><<<dg, 256>>>(out16, dout, delta, B, T, C, H);
+  else
+    k_delta<BF, float><<<dg, 256>>>(out, dout, delta, B, T, C, H);
   ZR_CUDA(cudaGetLastError());
-  k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(q, k, v, d, lse, delta, dqkv, dqkv16, T, Tp, C, H, acc);
+  dim3 grid((T + BR - 1) / BR, H, B);
+  k_bwd_kv<BF><<<grid, 32 * kWarps, kKvSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
+  ZR_CUDA(cudaGetLastError());
+  k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
 }
+
+bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 }  // namespace
 
 bool tc_supported(int64_t head_size) { return head_size == HS; }
 
-int64_t tc_scratch_elems(int64_t B, int64_t T, int64_t H) { return 4 * B * H * padded(T) * HS; }
-
-void tc_forward(bool bf16, const float* qkv, float* out, float* lse, uint16_t* scratch, int64_t B, int64_t T, int64_t C,
-                int64_t H) {
+void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int64_t B, int64_t T,
+                int64_t C, int64_t H) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
-  ZR_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0, "tensor-core attention needs 16-byte aligned qkv");
+  ZR_CHECK(aligned(qkv, 16) && aligned(out ? (const void*)out : out16, 8),
+           "tensor-core attention needs 16-byte aligned qkv and an 8-byte aligned output");
+  if (B * T == 0) return;
   if (bf16)
-    fwd_e<true>(qkv, out, lse, scratch, (int)B, (int)T, (int)C, (int)H);
+    fwd_e<true>(qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
   else
-    fwd_e<false>(qkv, out, lse, scratch, (int)B, (int)T, (int)C, (int)H);
+    fwd_e<false>(qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
 }
 
-void tc_backward(bool bf16, const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv,
-                 uint16_t* dqkv16, bool acc, float* delta, uint16_t* scratch, int64_t B, int64_t T, int64_t C,
-                 int64_t H) {
+void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
+                 const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, int64_t B, int64_t T,
+                 int64_t C, int64_t H) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
-  ZR_CHECK(reinterpret_cast<uintptr_t>(qkv) % 16 == 0 && reinterpret_cast<uintptr_t>(dout) % 16 == 0,
-           "tensor-core attention needs 16-byte aligned qkv and output gradient");
+  ZR_CHECK(aligned(qkv, 16) && aligned(dout, 16) && aligned(out ? (const void*)out : out16, 8),
+           "tensor-core attention needs 16-byte aligned qkv and output gradient and an 8-byte aligned output");
+  if (B * T == 0) return;
   if (bf16)
-    bwd_e<true>(qkv, out, lse, dout, dqkv, dqkv16, acc, delta, scratch, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, (int)B, (int)T, (int)C, (int)H);
   else
-    bwd_e<false>(qkv, out, lse, dout, dqkv, dqkv16, acc, delta, scratch, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<false>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, (int)B, (int)T, (int)C, (int)H);
 }
 
 }  // namespace zerorun::kernels::flash

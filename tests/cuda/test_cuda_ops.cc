@@ -123,7 +123,118 @@ double compare_op(const std::string& opname, json attrs, std::vector<Tensor> in,
   for (int64_t i = 0; i < g.numel(); ++i) worst = std::max(worst, std::fabs(a.out[0].f32()[i] - g.f32()[i]) / mx);
   return worst;
 }
+// ---- 16-bit activation storage --------------------------------------------------------------
+// A 16-bit copy (bits of `dt`) of an f32 CPU tensor, and back to f32.
+Tensor to16(const Tensor& t, DType dt) {
+  Tensor h = Tensor::empty(t.shape(), dt, MemCategory::Buffers);
+  auto* b = h.data<uint16_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) b[i] = dt == DType::BF16 ? f32_to_bf16(t.f32()[i]) : f32_to_f16(t.f32()[i]);
+  return h;
+}
+Tensor as_f32(const Tensor& t) {
+  Tensor c = t.to(Device::cpu());
+  if (c.dtype() == DType::F32) return c;
+  Tensor f = Tensor::empty(c.shape(), DType::F32, MemCategory::Buffers);
+  const auto* b = c.data<uint16_t>();
+  for (int64_t i = 0; i < c.numel(); ++i) f.f32()[i] = c.dtype() == DType::BF16 ? bf16_to_f32(b[i]) : f16_to_f32(b[i]);
+  return f;
+}
+
+struct Storage16 {
+  std::vector<bool> in16;  // inputs handed over in 16 bits
+  bool out16 = false;      // the executor asks for a 16-bit output
+  bool dout16 = false;     // the output gradient arrives in 16 bits
+  bool din16 = false;      // 16-bit input gradients where the op writes them (Op::writes_grad16)
+  bool expect_out16 = false;
+};
+// The op on CUDA with 16-bit storage where `st` says, against the CPU op on the same (rounded) values.
+void compare_op16(const std::string& opname, json attrs, std::vector<Tensor> in, std::map<std::string, Tensor> params,
+                  const Storage16& st, DType dt, double tol = 3e-2) {
+  INFO("op " << opname << " (16-bit storage, " << dtype_name(dt) << ")");
+  Node n;
+  n.op = opname;
+  n.block = "b";
+  n.out = {"y"};
+  n.attrs = attrs.is_null() ? json::object() : std::move(attrs);
+  const Op& op = op_lookup(opname);
+  std::vector<ValueInfo> vin;
+  for (auto& t : in) vin.push_back({t.shape(), t.dtype()});
+  std::map<std::string, Shape> ps;
+  for (auto& [k, t] : params) ps[k] = t.shape();
+  Shape os = op.infer(n, vin, ps)[0].shape;
+  Rng r(9);
+  Tensor dout = os.empty() ? Tensor::empty({}, DType::F32) : rnd(os, r);
+  if (os.empty()) dout.f32()[0] = 0.75f;
+  for (size_t k = 0; k < in.size(); ++k)
+    if (st.in16[k]) in[k] = rounded(in[k], dt);
+  if (st.dout16) dout = rounded(dout, dt);
+  Run ref = run_op(n, in, params, dout, Device::cpu());
+
+  NodeCtx c;
+  c.node = &n;
+  std::vector<Tensor> saved;
+  c.saved = &saved;
+  for (size_t k = 0; k < in.size(); ++k) c.in.push_back((st.in16[k] ? to16(in[k], dt) : in[k]).to(kGpu));
+  for (auto& [k, t] : params) c.params[k] = t.to(kGpu);
+  c.out16 = {st.out16};
+  op.forward(c);
+  REQUIRE((c.out[0].dtype() != DType::F32) == st.expect_out16);
+  c.dout = {(st.dout16 ? to16(dout, dt) : dout).to(kGpu)};
+  std::vector<bool> g16;
+  for (size_t k = 0; k < c.in.size(); ++k) {
+    const Tensor& t = c.in[k];
+    Tensor g;
+    const bool h = st.din16 && op.writes_grad16(c, k);
+    g16.push_back(h);
+    if (h) {
+      g = Tensor::uninit(t.shape(), dt, MemCategory::Buffers, kGpu);  // poisoned under ZERORUN_POISON_UNINIT
+    } else if (t.dtype() != DType::I32) {
+      g = Tensor::empty(t.shape(), DType::F32, MemCategory::Buffers);
+      for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = std::nanf("");
+      g = g.to(kGpu);
+    }
+    c.din.push_back(g);
+    c.din_acc.push_back(!(h || op.writes_grad(k)));
+    if (!h && !op.writes_grad(k) && g.defined()) c.din.back().zero_();
+  }
+  for (auto& [k, t] : c.params) c.dparams[k] = Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, kGpu);
+  op.backward(c);
+  close(ref.out[0], as_f32(c.out[0]), tol, "output");
+  for (size_t k = 0; k < in.size(); ++k)
+    if (ref.din[k].defined())
+      close(ref.din[k], as_f32(c.din[k]), tol, "input grad " + std::to_string(k) + (g16[k] ? " (16-bit)" : ""));
+  for (auto& [k, t] : ref.dparams) close(t, c.dparams[k], tol, "param grad " + k);
+}
 }  // namespace
+
+TEST_CASE("16-bit activation storage: every op reading or writing it matches the CPU op", "[cuda]") {
+  auto& gpu = kernels::backend(kGpu);
+  for (DType dt : {DType::BF16, DType::F16}) {
+    gpu.set_matmul_dtype(dt);
+    Rng r(21);
+    const Storage16 all{{true}, true, true, true, true};
+    compare_op16("linear", {}, {rnd({4, 33, 96}, r)}, {{"weight", rnd({80, 96}, r)}, {"bias", rnd({80}, r)}}, all, dt);
+    compare_op16("linear", {}, {rnd({70, 64}, r)}, {{"weight", rnd({48, 64}, r)}}, {{false}, false, true, true, false},
+                 dt);
+    for (auto* a : {"gelu", "silu", "relu"}) compare_op16(a, {}, {rnd({9, 256}, r, 3.0)}, {}, all, dt);
+    compare_op16("gelu", {}, {rnd({5, 100}, r, 3.0)}, {}, {{false}, false, true, true, false}, dt);
+    compare_op16("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, 200}, r)},
+                 {{"weight", rnd({200}, r)}, {"bias", rnd({200}, r)}}, {{false}, true, true, true, true}, dt);
+    // Head size 64: the tensor-core kernels read and write 16 bits (257 rows: a partial last tile).
+    compare_op16("attention", {{"n_head", 2}}, {rnd({2, 257, 3 * 128}, r, 2.0)}, {}, all, dt);
+    compare_op16("attention", {{"n_head", 3}}, {rnd({1, 100, 3 * 192}, r)}, {}, {{false}, false, true, true, false},
+                 dt);
+    compare_op16("attention", {{"n_head", 2}}, {rnd({2, 70, 3 * 128}, r)}, {}, {{true}, true, false, false, true}, dt);
+    // Other head sizes widen 16-bit inputs for the fp32 kernels and write f32.
+    compare_op16("attention", {{"n_head", 4}}, {rnd({2, 50, 3 * 128}, r)}, {}, {{true}, true, true, true, false}, dt);
+    compare_op16("attention", {{"n_head", 1}}, {rnd({1, 33, 3 * 160}, r)}, {}, {{true}, true, true, true, false}, dt);
+    compare_op16("add", {}, {rnd({4, 50, 64}, r), rnd({4, 50, 64}, r)}, {}, {{false, false}, false, false, true, false},
+                 dt);
+    compare_op16("cross_entropy", {}, {rnd({4, 30, 1000}, r, 4.0), ids({4, 30}, 1000, r)}, {},
+                 {{true, false}, false, false, true, false}, dt);
+  }
+  gpu.set_matmul_dtype(DType::F32);
+}
 
 TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   Rng r(1);

@@ -31,12 +31,14 @@ class Activation : public Op {
   bool emits16(size_t) const override { return true; }
   bool takes16(size_t) const override { return true; }
   bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
+  bool takes_dout16(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
-    if (c.in[0].dtype() != DType::F32)
-      be(c).act_bwd16x(act_, bits16(c.in[0]), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());
+    const Tensor &x = c.in[0], &dy = c.dout[0];
+    if (is16(x) || is16(dy))
+      be(c).act_bwd16(act_, src_of(x), src_of(dy), grad_of(c, 0), x.numel());
     else
-      be(c).act_bwd(act_, c.in[0].f32(), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());
+      be(c).act_bwd(act_, x.f32(), dy.f32(), grad_of(c, 0), x.numel());
   }
 
  private:

@@ -50,6 +50,7 @@ class Linear : public Op {
   bool takes16(size_t) const override { return true; }
   bool emits16(size_t) const override { return true; }
   bool takes_dout16(size_t) const override { return true; }
+  bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
   void backward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];
     const Tensor& w = c.param("weight");

@@ -22,6 +22,7 @@ class NormBase : public Op {
 class LayerNorm : public NormBase {
  public:
   bool emits16(size_t) const override { return true; }
+  bool takes_dout16(size_t) const override { return true; }
   std::vector<std::string> required_params() const override { return {"weight"}; }
   std::vector<std::string> optional_params() const override { return {"bias"}; }
   void forward(NodeCtx& c) const override {
@@ -46,8 +47,14 @@ class LayerNorm : public NormBase {
     const Tensor& x = c.in[0];
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor dw = c.dparam("weight"), db = c.dparam("bias");
-    be(c).layernorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), (*c.saved)[1].f32(), c.dout[0].f32(),
-                        grad_of(c, 0), dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, N, C);
+    float *pdw = dw.defined() ? dw.f32() : nullptr, *pdb = db.defined() ? db.f32() : nullptr;
+    const Tensor& dy = c.dout[0];
+    if (is16(dy))  // the gradient of a 16-bit product's input
+      be(c).layernorm_bwd16(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), (*c.saved)[1].f32(), bits16(dy),
+                            grad_of(c, 0), pdw, pdb, N, C);
+    else
+      be(c).layernorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), (*c.saved)[1].f32(), dy.f32(),
+                          grad_of(c, 0), pdw, pdb, N, C);
   }
 };
 

@@ -45,6 +45,23 @@ inline Tensor new_out16(const NodeCtx& c, const Shape& s) {
   return Tensor::uninit(s, be(c).matmul_dtype(), MemCategory::Activations, device_of(c));
 }
 inline const uint16_t* bits16(const Tensor& t) { return static_cast<const uint16_t*>(t.raw()); }
+inline bool is16(const Tensor& t) { return t.dtype() != DType::F32; }
+// A tensor as kernels see it: f32, or 16-bit storage in the matmul dtype.
+inline kernels::Src src_of(const Tensor& t) {
+  if (is16(t)) return {nullptr, bits16(t)};
+  return {t.f32(), nullptr};
+}
+// t itself when f32, else an f32 copy (for kernels without a 16-bit path).
+inline Tensor widened(const NodeCtx& c, const Tensor& t) {
+  if (!is16(t)) return t;
+  Tensor f = Tensor::uninit(t.shape(), DType::F32, MemCategory::Activations, t.device());
+  be(c).widen16(bits16(t), f.f32(), t.numel());
+  return f;
+}
+inline kernels::Dst dst_of(Tensor& t) {
+  if (is16(t)) return {nullptr, static_cast<uint16_t*>(t.raw())};
+  return {t.f32(), nullptr};
+}
 // Input k's gradient for a backend call: null when not wanted; overwrite or accumulate per din_acc.
 inline kernels::Grad grad_of(const NodeCtx& c, size_t k) {
   if (k >= c.din.size() || !c.din[k].defined()) return {};

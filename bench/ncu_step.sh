@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# One training step of GPT-2 (124M by default), bf16, micro batch 8, under ncu: the
+# per-kernel time breakdown (bench/ncu_step.py) without the profiler's per-op syncs.
+# Usage (device machine, after tests/make_device_bundle.sh): bash bench/ncu_step.sh [LAYERS EMBD HEADS BATCH]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source tests/device_env.sh
+L=${1:-12} C=${2:-768} H=${3:-12} B=${4:-8}
+ZR=.devbuild/bin/zerorun
+W=$(mktemp -d)
+"$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd "$C" --n_layer "$L" --n_head "$H" -o "$W/m.bin" >/dev/null
+echo "{\"train_micro_batch_size_per_gpu\": $B, \"bf16\": {\"enabled\": true}, \"steps_per_print\": 1000}" >"$W/c.json"
+# Steps 1-3 warm up (plans, allocator); capture well into the run, two steps' worth of kernels.
+ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --launch-skip 2500 --launch-count 1400 \
+  "$ZR" --device cuda --config "$W/c.json" "$W/m.bin" --steps 9 >"$W/ncu.csv" 2>"$W/ncu.err" || tail -5 "$W/ncu.err"
+python3 bench/ncu_step.py "$W/ncu.csv" "${TOP:-45}"
