@@ -30,9 +30,17 @@ step = ks[adam[-2] + 1:adam[-1] + 1]
 
 
 def short(n):
-    n = re.sub(r"\(.*", "", n) if not n.startswith("void ") else re.sub(r"\(.*", "", n[5:])
-    n = re.sub(r"<.*", "<>", n)
-    return n.split("::")[-1][:60]
+    n = re.sub(r"(\(anonymous namespace\)|\w+)::", "", n)
+    if n.startswith("void "):
+        n = n[5:]
+    depth = 0
+    for i, ch in enumerate(n):  # cut the argument list (the first '(' outside template brackets)
+        depth += ch == "<"
+        depth -= ch == ">"
+        if ch == "(" and depth == 0:
+            n = n[:i]
+            break
+    return n[:70]
 
 
 g = defaultdict(lambda: [0.0, 0])
@@ -41,6 +49,6 @@ for n, t in step:
     g[short(n)][1] += 1
 total = sum(t for _, t in step)
 print(f"one step: {len(step)} kernels, {total / 1e3:.2f} ms of kernel time")
-print(f"{'kernel':60s} {'total us':>10s} {'calls':>6s} {'us/call':>9s} {'share':>7s}")
+print(f"{'kernel':70s} {'total us':>10s} {'calls':>6s} {'us/call':>9s} {'share':>7s}")
 for n, (t, c) in sorted(g.items(), key=lambda kv: -kv[1][0])[:top]:
-    print(f"{n:60s} {t:10.1f} {c:6d} {t / c:9.1f} {100 * t / total:6.1f}%")
+    print(f"{n:70s} {t:10.1f} {c:6d} {t / c:9.1f} {100 * t / total:6.1f}%")

@@ -13,4 +13,5 @@ echo "{\"train_micro_batch_size_per_gpu\": $B, \"bf16\": {\"enabled\": true}, \"
 # Steps 1-3 warm up (plans, allocator); capture well into the run, two steps' worth of kernels.
 ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --launch-skip 2500 --launch-count 1400 \
   "$ZR" --device cuda --config "$W/c.json" "$W/m.bin" --steps 9 >"$W/ncu.csv" 2>"$W/ncu.err" || tail -5 "$W/ncu.err"
+[[ -n "${OUT:-}" ]] && cp "$W/ncu.csv" "$OUT/"
 python3 bench/ncu_step.py "$W/ncu.csv" "${TOP:-45}"

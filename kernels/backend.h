@@ -56,10 +56,10 @@ class Backend {
                             int64_t sC, int64_t batch) = 0;
   // y [N, out] = x [N, in] w^T (+ b). x16 / w16: where a 16-bit run (matmul_dtype() != F32) leaves x and w
   // rounded to that dtype (N * in, out * in elements) for the backward, or null; the backward takes them back.
-  // x null: the input is already 16-bit, in x16. y null: the output is written in 16 bits to y16.
-  // The backward's dy null: the gradient is 16-bit, in dy16.
+  // x null: the input is already 16-bit, in x16; w null: the weight is, in w16. y null: the output is written in
+  // 16 bits to y16. b16: the bias already in 16 bits, or null. The backward's dy null: the gradient is 16-bit, in dy16.
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                          uint16_t* x16, uint16_t* w16, uint16_t* y16) = 0;
+                          uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16) = 0;
   virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                           int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) = 0;
   // 16-bit activation storage (CUDA in 16-bit runs): outputs written in the matmul dtype, and which
@@ -147,6 +147,19 @@ class Backend {
     return *finite ? sum_squares(x, n) : 0.0;
   }
   virtual void round_to(DType dt, const float* src, float* dst, int64_t n) = 0;  // dst = round(src)
+  // dst = src rounded to `dt` (BF16 or F16) as 16-bit bits, and (dst32 non-null) as f32 values, in one pass.
+  virtual void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) = 0;
+  // adam_step, then the updated p rounded to `dt` into r32 (f32 values) and r16 (16-bit bits), either may be
+  // null, in the same pass (the engine's compute copies of its fp32 master weights).
+  virtual void adam_step_rounded(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                                 float beta2, float eps, float wd, bool adamw, bool bias_correction, int64_t step,
+                                 DType dt, float* r32, uint16_t* r16) {
+    adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
+    if (r16)
+      round_to16(dt, p, r16, r32, n);
+    else if (r32)
+      round_to(dt, p, r32, n);
+  }
   // Writes one f32 scalar (e.g. a loss gradient) at p.
   virtual void set_scalar(float* p, float v) = 0;
   virtual float get_scalar(const float* p) = 0;

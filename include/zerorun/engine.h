@@ -91,7 +91,10 @@ class Engine {
   zero::Range ckpt_range(int p, int rank) const;
   float* master_at(int p, int64_t elem);        // fp32 master element of param p (in this rank's range)
   float* state_at(int k, int p, int64_t elem);  // optimizer state k (0 = m, 1 = v) element
-  void gather_after_step();
+  // rounded: the optimizer already wrote this rank's compute copies (fused with its update).
+  void gather_after_step(bool rounded);
+  void sync_compute16();                  // compute16_ = compute_ in 16 bits (when kept)
+  RoundedOut rounded_out(int64_t begin);  // the fused-update targets at compute element `begin` (or none)
   kernels::Backend& be() const;
   void copy_f32(float* dst, const float* src, int64_t n) const;  // any devices
 
@@ -109,6 +112,7 @@ class Engine {
   std::vector<size_t> ready_block_;             // group -> block after whose backward its grads are complete
   std::vector<GroupRt> rt_;
   Tensor compute_;      // stages 0-2: full padded compute params
+  Tensor compute16_;    // 16-bit CUDA runs, stages 0-2: compute_ in 16 bits, what the products read
   Tensor param_shard_;  // stage 3: this rank's compute-param shard
   Tensor master_;       // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
   Tensor grads_full_;   // stages 0-1

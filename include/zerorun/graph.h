@@ -42,6 +42,9 @@ struct NodeCtx {
   const Node* node = nullptr;
   std::vector<Tensor> in, out;
   std::map<std::string, Tensor> params;
+  // Copies of params rounded to the backend's matmul dtype, kept current by the engine (16-bit CUDA runs, where
+  // it keeps them): ops use these instead of rounding a param on every call. Absent roles: no such copy.
+  std::map<std::string, Tensor> params16;
   std::vector<Tensor>* saved = nullptr;  // what forward keeps for backward
   std::vector<Tensor> din, dout;
   std::vector<bool> din_acc;  // per input; missing entries mean "accumulate"
@@ -114,6 +117,8 @@ class Executor {
   // Replace parameter / gradient tensors (ZeRO-3 swaps gathered views in).
   void set_param(const std::string& name, const Tensor& t) { params_[name] = t; }
   void set_grad(const std::string& name, const Tensor& t) { grads_[name] = t; }
+  // 16-bit copies of parameters (see NodeCtx::params16); the caller keeps them equal to the rounded params.
+  void set_params16(std::map<std::string, Tensor> p16) { params16_ = std::move(p16); }
   // Forward over named inputs; returns the loss.
   double forward(const std::map<std::string, Tensor>& inputs);
   // Backward from d(loss) = loss_grad; parameter grads are accumulated.
@@ -128,7 +133,7 @@ class Executor {
  private:
   void run_node_forward(size_t i);
   const Graph& g_;
-  std::map<std::string, Tensor> params_, grads_;
+  std::map<std::string, Tensor> params_, grads_, params16_;
   std::map<std::string, size_t> value_id_;
   std::vector<std::vector<size_t>> node_in_, node_out_;
   std::vector<Tensor> values_, value_grads_;

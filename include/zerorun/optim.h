@@ -10,15 +10,23 @@
 
 namespace zerorun {
 
+// Where an update also writes the new weights rounded to `dt` (the compute copies of an fp32 master):
+// f32 values and / or 16-bit bits, each optional; AdamW does it in the same pass.
+struct RoundedOut {
+  DType dt = DType::F32;
+  float* f32 = nullptr;
+  uint16_t* h = nullptr;
+};
+
 class Optimizer {
  public:
   Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev = Device::cpu());
   // One update of p[0..n) from g; `lr` and `beta1` come from the scheduler.
-  void step(float* p, const float* g, double lr, double beta1);
+  void step(float* p, const float* g, double lr, double beta1, RoundedOut out = {});
   // Sharded form: begin_step() once per optimizer step, then update() on
   // pieces; `state_offset` locates the piece inside this optimizer's state.
   void begin_step() { ++steps_; }
-  void update(float* p, const float* g, int64_t state_offset, int64_t n, double lr, double beta1);
+  void update(float* p, const float* g, int64_t state_offset, int64_t n, double lr, double beta1, RoundedOut out = {});
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
   // State tensors by name ("exp_avg", "exp_avg_sq" / "momentum_buffer").

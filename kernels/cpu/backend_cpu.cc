@@ -32,8 +32,8 @@ class CpuBackend : public Backend {
                   A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/, uint16_t* y16) override {
-    ZR_CHECK(x && y && !y16, "16-bit activations are CUDA-only");
+                  uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/, uint16_t* y16, const uint16_t*) override {
+    ZR_CHECK(x && w && y && !y16, "16-bit activations are CUDA-only");
     cpu::linear_fwd(x, w, b, y, N, in, out);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
@@ -129,6 +129,15 @@ class CpuBackend : public Backend {
   void round_to(DType dt, const float* src, float* dst, int64_t n) override {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) dst[i] = zerorun::round_to(dt, src[i]);
+  }
+  void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) override {
+    ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "round_to16 needs bf16 or f16");
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      const uint16_t h = dt == DType::BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
+      dst[i] = h;
+      if (dst32) dst32[i] = dt == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+    }
   }
   void set_scalar(float* p, float v) override { *p = v; }
   float get_scalar(const float* p) override { return *p; }

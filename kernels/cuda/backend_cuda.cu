@@ -554,6 +554,16 @@ __global__ void k_mse_bwd(const float* p, const float* t, const float* dloss, Gr
 __global__ void k_adam(float* p, const float* g, float* m, float* v, int64_t n, AdamCoeffs c) {
   GRID_STRIDE(i, n) adam_elem(p[i], g[i], m[i], v[i], c);
 }
+// k_adam, and the updated weight rounded (bf: bfloat16, else fp16) into r16 bits / r32 values (either may be null).
+__global__ void k_adam_round(float* p, const float* g, float* m, float* v, int64_t n, AdamCoeffs c, bool bf, float* r32,
+                             uint16_t* r16) {
+  GRID_STRIDE(i, n) {
+    adam_elem(p[i], g[i], m[i], v[i], c);
+    const uint16_t h = to16_bits(bf, p[i]);
+    if (r16) r16[i] = h;
+    if (r32) r32[i] = from16(bf, h);
+  }
+}
 __global__ void k_sgd(float* p, const float* g, float* buf, int64_t n, float lr, float mom, float damp, float wd,
                       bool nesterov, bool first) {
   GRID_STRIDE(i, n) {
@@ -610,6 +620,13 @@ __global__ void k_to16(bool bf, const float* s, uint16_t* d, int64_t n) {
       d[i] = to16_bits(bf, s[i]);
   } else {
     GRID_STRIDE(i, n) d[i] = to16_bits(bf, s[i]);
+  }
+}
+__global__ void k_round16(bool bf, const float* s, uint16_t* d, float* d32, int64_t n) {
+  GRID_STRIDE(i, n) {
+    const uint16_t h = to16_bits(bf, s[i]);
+    d[i] = h;
+    if (d32) d32[i] = from16(bf, h);
   }
 }
 __global__ void k_round(int dt, const float* s, float* d, int64_t n) {
@@ -690,23 +707,23 @@ class CudaBackend : public Backend {
     gemm16(ta, tb, M, N, K, alpha, a.p, lda, sA, b.p, ldb, sB, beta, C, ldc, sC, batch);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* x16, uint16_t* w16, uint16_t* y16) override {
+                  uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16) override {
     if (N == 0 || out == 0) return;
     if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue; x rounded into x16 when the caller keeps it
       Half xh = x16 ? Half() : to16(x, N * in), wh = w16 ? Half() : to16(w, out * in);
-      if (x16 && x) round16(x, x16, N * in);  // x null: x16 already holds the 16-bit input
-      if (w16) round16(w, w16, out * in);
+      if (x16 && x) round16(x, x16, N * in);    // x null: x16 already holds the 16-bit input
+      if (w16 && w) round16(w, w16, out * in);  // w null: so does w16 the weight
       profile::Scope ps(".. cublasLt linear fwd");
       if (y16) {  // 16-bit output: cuBLASLt's bias epilogue then takes a 16-bit bias
-        Half bh = b ? to16(b, out) : Half();
+        Half bh = b && !b16 ? to16(b, out) : Half();
         lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y16, mm_, out,
-                 b ? bh.p : nullptr, mm_);
+                 b16 ? b16 : bh.p, mm_);
       } else {
         lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y, out, b);
       }
       return;
     }
-    ZR_CHECK(y && !y16, "16-bit linear outputs need a 16-bit matmul dtype");
+    ZR_CHECK(x && w && y && !y16, "16-bit linear storage needs a 16-bit matmul dtype");
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
@@ -991,6 +1008,14 @@ class CudaBackend : public Backend {
                  float wd, bool adamw, bool bias_correction, int64_t step) override {
     LAUNCH(k_adam, n, p, g, m, v, n, adam_coeffs(lr, beta1, beta2, eps, wd, adamw, bias_correction, step));
   }
+  void adam_step_rounded(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                         float eps, float wd, bool adamw, bool bias_correction, int64_t step, DType dt, float* r32,
+                         uint16_t* r16) override {
+    if (!r32 && !r16) return adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
+    ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "rounded AdamW copies need bf16 or f16");
+    LAUNCH(k_adam_round, n, p, g, m, v, n, adam_coeffs(lr, beta1, beta2, eps, wd, adamw, bias_correction, step),
+           dt == DType::BF16, r32, r16);
+  }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
                 bool nesterov, bool first_step) override {
     LAUNCH(k_sgd, n, p, g, buf, n, lr, momentum, dampening, wd, nesterov, first_step);
@@ -1025,6 +1050,10 @@ class CudaBackend : public Backend {
       return;
     }
     LAUNCH(k_round, n, dt == DType::BF16 ? 1 : 2, src, dst, n);
+  }
+  void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) override {
+    ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "round_to16 needs bf16 or f16");
+    LAUNCH(k_round16, n, dt == DType::BF16, src, dst, dst32, n);
   }
   void set_scalar(float* p, float v) override { ZR_CUDA(cudaMemcpy(p, &v, 4, cudaMemcpyHostToDevice)); }
   float get_scalar(const float* p) override {

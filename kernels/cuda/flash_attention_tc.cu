@@ -179,28 +179,44 @@ __device__ inline float from16(uint16_t u) {
   else
     return __half2float(__ushort_as_half(u));
 }
+// Eight consecutive elements as f32 (16-byte aligned 16-bit data, 32-byte aligned f32 data).
 template <bool BF, class O>
-__device__ inline float2 ld2(const O* p) {
+__device__ inline void ld8(const O* p, float (&v)[8]) {
   if constexpr (sizeof(O) == 2) {
-    const uint32_t u = *reinterpret_cast<const uint32_t*>(p);
-    return make_float2(from16<BF>(u & 0xffffu), from16<BF>(u >> 16));
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) v[2 * i] = from16<BF>(w[i] & 0xffffu), v[2 * i + 1] = from16<BF>(w[i] >> 16);
   } else {
-    return *reinterpret_cast<const float2*>(p);
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
   }
 }
 
-// delta[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i]: one warp per (b, t, h), two elements per lane.
+// delta[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i]: eight lanes per (b, t, h), eight elements each (16-byte
+// loads); a warp covers four consecutive (row, head) pairs. The loop is warp-uniform (the shuffles need all lanes).
 template <bool BF, class O>
 __global__ void k_delta(const O* out, const uint16_t* dout, float* delta, int B, int T, int C, int H) {
-  const int64_t n = (int64_t)B * H * T, warps = (int64_t)gridDim.x * blockDim.x / 32;
-  const int lane = threadIdx.x & 31;
-  for (int64_t w = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; w < n; w += warps) {
-    const int h = (int)(w % H);
-    const int64_t bt = w / H, off = bt * C + h * HS + 2 * lane;
-    const float2 o = ld2<BF>(out + off), d = ld2<BF>(dout + off);
-    float s = o.x * d.x + o.y * d.y;
-    for (int k = 16; k > 0; k >>= 1) s += __shfl_xor_sync(0xffffffffu, s, k);
-    if (lane == 0) delta[(bt / T * H + h) * T + bt % T] = s;
+  const int64_t n = (int64_t)B * H * T, step = (int64_t)gridDim.x * blockDim.x / 8;
+  const int lane = threadIdx.x & 31, sub = lane & 7;
+  for (int64_t base = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32 * 4; base < n; base += step) {
+    const int64_t w = base + lane / 8;  // (b * T + t) * H + h
+    float s = 0.f;
+    if (w < n) {
+      const int64_t off = (w / H) * C + (w % H) * HS + 8 * sub;
+      float o[8], d[8];
+      ld8<BF>(out + off, o);
+      ld8<BF>(dout + off, d);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s += o[i] * d[i];
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    s += __shfl_xor_sync(0xffffffffu, s, 4);
+    if (w < n && sub == 0) {
+      const int64_t bt = w / H;
+      delta[(bt / T * H + w % H) * T + bt % T] = s;
+    }
   }
 }
 
@@ -456,7 +472,7 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
   static bool once = (opt_in_smem(k_bwd_kv<BF>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
   (void)once;
   const int64_t rows = (int64_t)B * T * H;
-  const unsigned dg = (unsigned)std::min<int64_t>((rows + 7) / 8, 1 << 16);  // 8 warps per block
+  const unsigned dg = (unsigned)std::min<int64_t>((rows + 31) / 32, 1 << 16);  // 32 (row, head) pairs per block
   if (out16)
     k_delta<BF, uint16_t><<<dg, 256>>>(out16, dout, delta, B, T, C, H);
   else
@@ -490,8 +506,8 @@ void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_
                  const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, int64_t B, int64_t T,
                  int64_t C, int64_t H) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
-  ZR_CHECK(aligned(qkv, 16) && aligned(dout, 16) && aligned(out ? (const void*)out : out16, 8),
-           "tensor-core attention needs 16-byte aligned qkv and output gradient and an 8-byte aligned output");
+  ZR_CHECK(aligned(qkv, 16) && aligned(dout, 16) && aligned(out ? (const void*)out : out16, 16),
+           "tensor-core attention needs 16-byte aligned qkv, output and output gradient");
   if (B * T == 0) return;
   if (bf16)
     bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, (int)B, (int)T, (int)C, (int)H);

@@ -274,6 +274,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
     for (size_t g = 0; g < rt_.size(); ++g)
       if (rt_[g].persistent)
         comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), plan_.groups[g].shard, DType::F32);
+  sync_compute16();  // the products' 16-bit copy of the loaded weights
   comm_.barrier();
   return m.value("client_state", nlohmann::json::object());
 }

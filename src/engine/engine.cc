@@ -80,6 +80,11 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     const DType dt = precision_dtype(cfg_.precision);
     Tensor& c = stage_ < 3 ? compute_ : param_shard_;
     kernels::backend(c.device()).round_to(dt, c.f32(), c.f32(), c.numel());
+    // The products' 16-bit weights, kept once instead of rounded by every forward.
+    if (stage_ < 3 && dev_.is_cuda() && be().activations16()) {
+      compute16_ = Tensor::uninit({plan_.padded}, dt, MemCategory::Params, dev_);
+      sync_compute16();
+    }
   }
   if (offload_) host_grad_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Grads, Device::cpu());
   if (stage_ < 2)
@@ -94,6 +99,11 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     gv[s.name] = stage_ < 2 ? Tensor::view_of(grads_full_, s.offset, shape) : Tensor();
   }
   exec_ = std::make_unique<Executor>(model_.graph, pv, gv);
+  if (compute16_.defined()) {
+    std::map<std::string, Tensor> p16;
+    for (auto& s : plan_.params) p16[s.name] = Tensor::view_of(compute16_, s.offset, model_.tensors.at(s.name).shape());
+    exec_->set_params16(std::move(p16));
+  }
   if (cfg_.activation_checkpointing)
     for (size_t b = 0; b < model_.graph.blocks.size(); ++b)
       exec_->checkpoint_block[b] = b != 0 && b + 1 != model_.graph.blocks.size();
@@ -319,11 +329,27 @@ void Engine::refresh_compute_params() {
   }
 }
 
-void Engine::gather_after_step() {
-  refresh_compute_params();
+void Engine::sync_compute16() {
+  if (compute16_.defined())
+    be().round_to16(precision_dtype(cfg_.precision), compute_.f32(), static_cast<uint16_t*>(compute16_.raw()), nullptr,
+                    compute_.numel());
+}
+
+RoundedOut Engine::rounded_out(int64_t begin) {
+  // On-device fp32 master (16-bit, no offload, stages 0-2): the update writes the compute copies itself.
+  if (!mixed_ || offload_ || stage_ == 3 || !master_.defined()) return {};
+  RoundedOut o;
+  o.dt = precision_dtype(cfg_.precision);
+  o.f32 = compute_.f32() + begin;
+  if (compute16_.defined()) o.h = static_cast<uint16_t*>(compute16_.raw()) + begin;
+  return o;
+}
+
+void Engine::gather_after_step(bool rounded) {
+  if (!rounded) refresh_compute_params();
   const int W = comm_.size();
-  if (stage_ == 1 || stage_ == 2) {
-    if (W == 1) return;
+  const bool sharded12 = (stage_ == 1 || stage_ == 2) && W > 1;
+  if (sharded12) {
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       const zero::Group& grp = plan_.groups[g];
       zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
@@ -338,6 +364,8 @@ void Engine::gather_after_step() {
       comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), grp.shard, DType::F32);
     }
   }
+  // The 16-bit copy: written with the update where it covered everything, else rounded from compute_.
+  if (!rounded || sharded12) sync_compute16();
 }
 
 StepStats Engine::train_step(DataSource& data) {
@@ -398,7 +426,7 @@ StepStats Engine::train_step(DataSource& data) {
     {
       profile::Scope ps("optimizer");
       if (stage_ == 0) {
-        opt_->step(mixed_ ? master_.f32() : compute_.f32(), g, lm.lr, beta1);
+        opt_->step(mixed_ ? master_.f32() : compute_.f32(), g, lm.lr, beta1, rounded_out(0));
       } else {
         opt_->begin_step();
         for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
@@ -408,14 +436,15 @@ StepStats Engine::train_step(DataSource& data) {
             copy_f32(host_grad_.f32() + shard_off_[gi], gr, own.size());
             gr = host_grad_.f32() + shard_off_[gi];
           }
-          opt_->update(owned_master(static_cast<int>(gi)), gr, shard_off_[gi], own.size(), lm.lr, beta1);
+          opt_->update(owned_master(static_cast<int>(gi)), gr, shard_off_[gi], own.size(), lm.lr, beta1,
+                       stage_ < 3 ? rounded_out(own.begin) : RoundedOut{});
         }
       }
     }
     st.lr = lm.lr;
     ++updates_;
     profile::Scope ps("refresh+gather params");
-    gather_after_step();
+    gather_after_step(rounded_out(0).f32 != nullptr);
   }
   gbuf.zero_();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -450,6 +479,7 @@ std::map<std::string, Tensor> Engine::master_weights() {
 ModelStateBytes Engine::model_state_bytes() const {
   ModelStateBytes b;
   b.params = static_cast<int64_t>(compute_.defined() ? compute_.nbytes() : param_shard_.nbytes());
+  if (compute16_.defined()) b.params += static_cast<int64_t>(compute16_.nbytes());
   for (auto& s : rt_)
     if (s.persistent && s.full.defined()) b.params += static_cast<int64_t>(s.full.nbytes());
   b.grads = static_cast<int64_t>(grads_full_.defined() ? grads_full_.nbytes() : grads_shard_.nbytes()) +

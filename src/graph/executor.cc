@@ -65,6 +65,8 @@ void Executor::run_node_forward(size_t i) {
     auto it = params_.find(name);
     ZR_CHECK(it != params_.end() && it->second.defined(), "parameter '", name, "' is not materialised");
     c.params[role] = it->second;
+    auto h = params16_.find(name);
+    if (h != params16_.end() && h->second.defined()) c.params16[role] = h->second;
   }
   saved_[i].clear();
   c.saved = &saved_[i];

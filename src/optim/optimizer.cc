@@ -9,22 +9,26 @@ Optimizer::Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev) : cfg_(c
   if (cfg_.type != "SGD") v_ = Tensor::zeros({n}, DType::F32, MemCategory::Optimizer, dev);
 }
 
-void Optimizer::step(float* p, const float* g, double lr, double beta1) {
+void Optimizer::step(float* p, const float* g, double lr, double beta1, RoundedOut out) {
   begin_step();
-  update(p, g, 0, n_, lr, beta1);
+  update(p, g, 0, n_, lr, beta1, out);
 }
 
-void Optimizer::update(float* p, const float* g, int64_t off, int64_t n, double lr, double beta1) {
+void Optimizer::update(float* p, const float* g, int64_t off, int64_t n, double lr, double beta1, RoundedOut out) {
   ZR_CHECK(off >= 0 && off + n <= n_, "optimizer update [", off, ", ", off + n, ") outside its state of ", n_);
+  kernels::Backend& be = kernels::backend(dev_);
   if (cfg_.type == "SGD") {
-    kernels::backend(dev_).sgd_step(p, g, m_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
-                                    static_cast<float>(cfg_.dampening), static_cast<float>(cfg_.weight_decay),
-                                    cfg_.nesterov, steps_ == 1);
+    be.sgd_step(p, g, m_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
+                static_cast<float>(cfg_.dampening), static_cast<float>(cfg_.weight_decay), cfg_.nesterov, steps_ == 1);
+    if (out.h)
+      be.round_to16(out.dt, p, out.h, out.f32, n);
+    else if (out.f32)
+      be.round_to(out.dt, p, out.f32, n);
   } else {
-    kernels::backend(dev_).adam_step(p, g, m_.f32() + off, v_.f32() + off, n, static_cast<float>(lr),
-                                     static_cast<float>(beta1), static_cast<float>(cfg_.beta2),
-                                     static_cast<float>(cfg_.eps), static_cast<float>(cfg_.weight_decay),
-                                     cfg_.adam_w_mode, cfg_.bias_correction, steps_);
+    be.adam_step_rounded(p, g, m_.f32() + off, v_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
+                         static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
+                         static_cast<float>(cfg_.weight_decay), cfg_.adam_w_mode, cfg_.bias_correction, steps_, out.dt,
+                         out.f32, out.h);
   }
 }
 

@@ -5,9 +5,12 @@
 // the tensor-core attention kernels, with and without activation
 // checkpointing). Part of
 // zerorun_cuda_tests (main in test_cuda_ops.cc; skipped without a GPU).
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "kernels/backend.h"
 #include "tests/common/tiny.h"
@@ -95,6 +98,57 @@ TEST_CASE("every ZeRO stage and CPU offload on one GPU equal stage 0 (fp32)", "[
     for (size_t i = 0; i < l.size(); ++i) REQUIRE(l[i] == Approx(l0[i]).epsilon(1e-5));
     for (auto& [k, t] : w0)
       for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w[k].f32()[i] == Approx(t.f32()[i]).margin(1e-5));
+  }
+}
+
+TEST_CASE("bf16 on one GPU: the kept 16-bit weights follow every update path and a resumed run", "[cuda]") {
+  // Stages 0-2 keep the products' bf16 weights and AdamW writes them with its update; stage 3 rounds in every
+  // forward; offload and SGD round after the update. All must train the same model.
+  Model g = tiny_gpt();
+  const std::string opt = R"("optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.1}},
+      "bf16": {"enabled": true}, "gradient_clipping": 1.0, "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4)";
+  std::map<std::string, Tensor> w0;
+  auto l0 = train_losses(g, gpu_cfg("{" + opt + "}"), 8, &w0);
+  REQUIRE(l0.back() < l0.front());
+  for (const char* z : {R"({"stage": 1})", R"({"stage": 2, "reduce_bucket_size": 3000})",
+                        R"({"stage": 3, "reduce_bucket_size": 3000, "stage3_prefetch_bucket_size": 5000})"}) {
+    INFO("zero_optimization " << z);
+    std::map<std::string, Tensor> w;
+    auto l = train_losses(g, gpu_cfg("{" + opt + R"(, "zero_optimization": )" + z + "}"), 8, &w);
+    for (size_t i = 0; i < l.size(); ++i) REQUIRE(l[i] == Approx(l0[i]).epsilon(1e-5));
+    for (auto& [k, t] : w0)
+      for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w[k].f32()[i] == Approx(t.f32()[i]).margin(1e-5));
+  }
+  {  // CPU AdamW on a host master: the device copies are refreshed after the update
+    auto l = train_losses(
+        g, gpu_cfg("{" + opt + R"(, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})"), 8);
+    for (size_t i = 0; i < l.size(); ++i) REQUIRE(l[i] == Approx(l0[i]).epsilon(2e-3));
+  }
+  {  // SGD: rounded after its update (stage 0) or in the forward (stage 3)
+    const std::string sgd = R"("optimizer": {"type": "SGD", "params": {"lr": 0.05, "momentum": 0.9}},
+        "bf16": {"enabled": true}, "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4)";
+    auto a = train_losses(g, gpu_cfg("{" + sgd + "}"), 6);
+    auto b = train_losses(g, gpu_cfg("{" + sgd + R"(, "zero_optimization": {"stage": 3}})"), 6);
+    REQUIRE(a.back() < a.front());
+    for (size_t i = 0; i < a.size(); ++i) REQUIRE(b[i] == Approx(a[i]).epsilon(1e-5));
+  }
+  {  // save after 4 steps, load into a fresh engine, 4 more: the run of 8
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("zerorun_cuda_resume_" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    const Config c = gpu_cfg("{" + opt + R"(, "zero_optimization": {"stage": 1}})");
+    auto comm = make_self_comm();
+    {
+      Engine e(g, c, *comm, 8);
+      auto data = make_data_source("synthetic", g, e.seq_len(), 5);
+      for (int i = 0; i < 4; ++i) REQUIRE(e.train_step(*data).loss == Approx(l0[i]).epsilon(1e-5));
+      e.save_checkpoint(dir.string());
+    }
+    Engine e(g, c, *comm, 8);
+    e.load_checkpoint(dir.string());
+    auto data = make_data_source("synthetic", g, e.seq_len(), 5);
+    for (int i = 4; i < 8; ++i) REQUIRE(e.train_step(*data).loss == Approx(l0[i]).epsilon(1e-5));
+    fs::remove_all(dir);
   }
 }
 

@@ -29,20 +29,25 @@ class Linear : public Op {
     Tensor y = out16 ? new_out16(c, os) : new_out(os, device_of(c));
     const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
     // 16-bit products: input and weight are rounded once here, the rounded copies (half the bytes) kept
-    // for dW and dX.
-    // A 16-bit stored input is used as it is (and read again in backward from the inputs).
+    // for dW and dX. A 16-bit stored input is used as it is (and read again in backward from the inputs), so is
+    // the engine's 16-bit copy of the weight (and bias) where it keeps one.
     const DType mm = be(c).matmul_dtype();
     const bool in16 = x.dtype() != DType::F32;
     ZR_CHECK(!in16 || x.dtype() == mm, "linear: a 16-bit input must be in the matmul dtype");
-    Tensor x16, w16;
+    auto kept = [&](const char* role) {
+      auto it = c.params16.find(role);
+      return it != c.params16.end() && it->second.dtype() == mm ? it->second : Tensor();
+    };
+    Tensor x16, w16 = mm != DType::F32 ? kept("weight") : Tensor(), b16 = out16 && b ? kept("bias") : Tensor();
+    const bool w_kept = w16.defined();
     if (mm != DType::F32) {
       if (!in16) x16 = Tensor::uninit({x.numel()}, mm, MemCategory::Activations, device_of(c));
-      w16 = Tensor::uninit({w.numel()}, mm, MemCategory::Activations, device_of(c));
+      if (!w_kept) w16 = Tensor::uninit({w.numel()}, mm, MemCategory::Activations, device_of(c));
     }
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<uint16_t*>(t.raw()) : nullptr; };
-    be(c).linear_fwd(in16 ? nullptr : x.f32(), w.f32(), b, out16 ? nullptr : y.f32(), rows_of(x.shape()), w.dim(1),
-                     w.dim(0), in16 ? static_cast<uint16_t*>(x.raw()) : bits(x16), bits(w16),
-                     out16 ? static_cast<uint16_t*>(y.raw()) : nullptr);
+    be(c).linear_fwd(in16 ? nullptr : x.f32(), w_kept ? nullptr : w.f32(), b, out16 ? nullptr : y.f32(),
+                     rows_of(x.shape()), w.dim(1), w.dim(0), in16 ? static_cast<uint16_t*>(x.raw()) : bits(x16),
+                     bits(w16), out16 ? static_cast<uint16_t*>(y.raw()) : nullptr, bits(b16));
     c.out = {y};
     *c.saved = {x16, w16};
   }
