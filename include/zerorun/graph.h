@@ -121,6 +121,9 @@ class Executor {
   void set_params16(std::map<std::string, Tensor> p16) { params16_ = std::move(p16); }
   // Forward over named inputs; returns the loss.
   double forward(const std::map<std::string, Tensor>& inputs);
+  // The same, returning the loss as the (device) scalar tensor: reading it is left to the caller, so a GPU run
+  // need not wait for the forward before the backward is queued.
+  Tensor forward_async(const std::map<std::string, Tensor>& inputs);
   // Backward from d(loss) = loss_grad; parameter grads are accumulated.
   void backward(float loss_grad);
   // Drops saved activations (after backward, or to abandon a forward).

@@ -297,6 +297,60 @@ __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, c
   for (int64_t c = lane; c < C; c += 32)
     dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (ld1(dr, c, bf) * w[c] - s1 - (xr[c] - mu) * rs * s2) * rs;
 }
+// Layernorm backward in one pass over x and dy (C <= 32 K): a warp per row with the row in registers, dx
+// written (or added), and dw / db summed over the block's rows into k_col_partial-style partials (chunk =
+// block) for col_final. 8 warps a block, `rows_per` rows a block.
+template <class D, int K>
+__global__ void __launch_bounds__(256)
+    k_ln_bwd_fused(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, float* dx,
+                   bool acc, int64_t N, int64_t C, int64_t rows_per, float* part, bool bf) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r0 = blockIdx.x * rows_per, r1 = min(N, r0 + rows_per);
+  float gw[K], gb[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) gw[k] = gb[k] = 0.f;
+  for (int64_t row = r0 + warp; row < r1; row += 8) {
+    const float* xr = x + row * C;
+    const D* dr = dy + row * C;
+    const float mu = mean[row], rs = rstd[row];
+    float xh[K], d[K], s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = lane + 32 * k;
+      xh[k] = c < C ? (xr[c] - mu) * rs : 0.f;
+      d[k] = c < C ? ld1(dr, c, bf) : 0.f;
+      const float g = c < C ? d[k] * w[c] : 0.f;
+      s1 += g;
+      s2 += g * xh[k];
+    }
+    s1 = warp_sum(s1) / C;
+    s2 = warp_sum(s2) / C;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int64_t c = lane + 32 * k;
+      if (c >= C) continue;
+      if (dx) {
+        const float v = (d[k] * w[c] - s1 - xh[k] * s2) * rs;
+        dx[row * C + c] = acc ? dx[row * C + c] + v : v;
+      }
+      gw[k] += d[k] * xh[k];
+      gb[k] += d[k];
+    }
+  }
+  __shared__ float sh[8][32 * K];
+  for (int pass = 0; pass < 2; ++pass) {  // dw, then db: add the 8 warps' sums in warp order
+#pragma unroll
+    for (int k = 0; k < K; ++k) sh[warp][lane + 32 * k] = pass == 0 ? gw[k] : gb[k];
+    __syncthreads();
+    for (int64_t c = threadIdx.x; c < C; c += 256) {
+      float v = 0.f;
+#pragma unroll
+      for (int q = 0; q < 8; ++q) v += sh[q][c];
+      part[(2 * blockIdx.x + pass) * C + c] = v;
+    }
+    __syncthreads();
+  }
+}
 // Column sums of an N x C matrix, two at a time (layernorm's dw and db share a
 // pass), without atomics so results are bitwise reproducible: blocks of 32
 // columns x a chunk of rows write partial sums, a second kernel adds the
@@ -366,6 +420,35 @@ void col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o
   if (C <= 0) return;
   k_col_final<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kFinalRows)>>>(part, chunks, C, o0, o1, acc);
   ZR_CUDA(cudaGetLastError());
+}
+// Column sums of a 16-bit N x C matrix (C % 8 == 0, 16-byte aligned rows) into k_col_partial's partials
+// (.y zero): eight columns per thread from one 16-byte load, a block covering 256 columns x a chunk of rows.
+__global__ void k_col16_partial(const uint16_t* dy, bool bf, int64_t N, int64_t C, int64_t rows_per, float* part) {
+  const int64_t c0 = blockIdx.x * 256 + threadIdx.x * 8;
+  const int64_t r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
+  float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+  if (c0 < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
+      const uint4 u = *reinterpret_cast<const uint4*>(dy + r * C + c0);
+      const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        a[2 * i] += from16(bf, static_cast<uint16_t>(w[i] & 0xffffu));
+        a[2 * i + 1] += from16(bf, static_cast<uint16_t>(w[i] >> 16));
+      }
+    }
+  __shared__ float sh[kColRows][256 + 8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) sh[threadIdx.y][threadIdx.x * 8 + i] = a[i];
+  __syncthreads();
+  const int t = threadIdx.y * 32 + threadIdx.x;  // one column per thread
+  const int64_t c = blockIdx.x * 256 + t;
+  if (c < C) {
+    float v = 0.f;
+    for (int k = 0; k < kColRows; ++k) v += sh[k][t];
+    part[(2 * blockIdx.y) * C + c] = v;
+    part[(2 * blockIdx.y + 1) * C + c] = 0.f;
+  }
 }
 // The linear backward's dy rounded to 16 bits (d) in the same pass that sums its
 // columns for the bias gradient (partials as k_col_partial's, .y unused).
@@ -737,7 +820,7 @@ class CudaBackend : public Backend {
     } else {  // dy is rounded once for both products (summing its columns for db in the same pass)
       Half dyh = dy ? Half(static_cast<size_t>(N * out), false) : Half();
       if (!dy) {  // 16-bit gradient: used as it is, nothing to round
-        if (db) column_sums(ColOf16{dy16, mm_ == DType::BF16}, N, out, db, nullptr);
+        if (db) bias_grad16(dy16, N, out, db);
         db = nullptr;
       } else {
         if (db && N > 0) {
@@ -852,6 +935,8 @@ class CudaBackend : public Backend {
   void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, Grad dx,
                      float* dw, float* db, int64_t N, int64_t C) override {
     if (!N) return;
+    ZR_CHECK(!dx.h, "a layernorm's input gradient is f32");
+    if (ln_bwd_fused(x, w, mean, rstd, dy, dx, dw, db, N, C, false)) return;
     if (dx) k_ln_bwd_dx<float><<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, false);
     if (dw || db) column_sums(LnWB<float>{x, mean, rstd, dy, false}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
@@ -861,6 +946,7 @@ class CudaBackend : public Backend {
     if (!N) return;
     ZR_CHECK(!dx.h, "a layernorm's input gradient is f32");
     const bool bf = mm_ == DType::BF16;
+    if (ln_bwd_fused(x, w, mean, rstd, dy, dx, dw, db, N, C, bf)) return;
     if (dx) k_ln_bwd_dx<uint16_t><<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, bf);
     if (dw || db) column_sums(LnWB<uint16_t>{x, mean, rstd, dy, bf}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
@@ -1084,6 +1170,40 @@ class CudaBackend : public Backend {
     DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
     dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
     k_to16_colsum<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
+    ZR_CUDA(cudaGetLastError());
+    col_final(part.p, chunks, C, db, nullptr, true);
+  }
+  // The one-pass layernorm backward where C fits (and dw, db both wanted); false: not taken.
+  template <class D>
+  bool ln_bwd_fused(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, Grad dx,
+                    float* dw, float* db, int64_t N, int64_t C, bool bf) {
+    if (!dw || !db || C > 1024) return false;
+    const int64_t rows_per = 16, chunks = (N + rows_per - 1) / rows_per;
+    DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
+    auto go = [&](auto kernel) {
+      kernel<<<static_cast<unsigned>(chunks), 256>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, rows_per, part.p, bf);
+      ZR_CUDA(cudaGetLastError());
+    };
+    if (C <= 256)
+      go(k_ln_bwd_fused<D, 8>);
+    else if (C <= 512)
+      go(k_ln_bwd_fused<D, 16>);
+    else if (C <= 768)
+      go(k_ln_bwd_fused<D, 24>);
+    else
+      go(k_ln_bwd_fused<D, 32>);
+    col_final(part.p, chunks, C, dw, db, true);
+    return true;
+  }
+  // db += the column sums of the 16-bit dy [N, C].
+  void bias_grad16(const uint16_t* dy, int64_t N, int64_t C, float* db) {
+    const bool bf = mm_ == DType::BF16;
+    if (C % 8 != 0 || reinterpret_cast<uintptr_t>(dy) % 16 != 0 || N <= 0)
+      return column_sums(ColOf16{dy, bf}, N, C, db, nullptr);
+    const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per;
+    DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
+    dim3 grid(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(chunks));
+    k_col16_partial<<<grid, dim3(32, kColRows)>>>(dy, bf, N, C, rows_per, part.p);
     ZR_CUDA(cudaGetLastError());
     col_final(part.p, chunks, C, db, nullptr, true);
   }

@@ -374,15 +374,17 @@ StepStats Engine::train_step(DataSource& data) {
   const int W = comm_.size(), r = comm_.rank();
   const double scale = scaler_->scale();
   double loss_sum = 0.0;
+  std::vector<Tensor> losses;  // read after every backward is queued (one wait instead of one per forward)
   for (int64_t a = 0; a < cfg_.gas; ++a) {
     int64_t first = global_step_ * cfg_.batch + (a * W + r) * cfg_.micro;
     auto inputs = data.batch(first, cfg_.micro);
     if (!dev_.is_cpu())
       for (auto& [k, t] : inputs) t = t.to(dev_, MemCategory::Activations);
-    loss_sum += exec_->forward(inputs);
+    losses.push_back(exec_->forward_async(inputs));
     // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale).
     exec_->backward(static_cast<float>(scale / static_cast<double>(cfg_.gas)));
   }
+  for (auto& l : losses) loss_sum += static_cast<double>(be().get_scalar(l.f32()));
   Tensor& gbuf = stage_ < 2 ? grads_full_ : grads_shard_;
   float* g = gbuf.f32();
   const int64_t gn = gbuf.numel();

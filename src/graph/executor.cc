@@ -79,6 +79,11 @@ void Executor::run_node_forward(size_t i) {
 }
 
 double Executor::forward(const std::map<std::string, Tensor>& inputs) {
+  const Tensor l = forward_async(inputs);
+  return static_cast<double>(kernels::backend(l.device()).get_scalar(l.f32()));
+}
+
+Tensor Executor::forward_async(const std::map<std::string, Tensor>& inputs) {
   for (auto& in : g_.inputs) {
     auto it = inputs.find(in.name);
     ZR_CHECK(it != inputs.end(), "forward: graph input '", in.name, "' was not given");
@@ -100,8 +105,7 @@ double Executor::forward(const std::map<std::string, Tensor>& inputs) {
     if (hooks.after_block_forward) hooks.after_block_forward(b);
   }
   have_forward_ = true;
-  const Tensor& l = values_[loss_id_];
-  return static_cast<double>(kernels::backend(l.device()).get_scalar(l.f32()));
+  return values_[loss_id_];
 }
 
 void Executor::backward(float loss_grad) {

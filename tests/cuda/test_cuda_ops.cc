@@ -218,8 +218,9 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
                  dt);
     for (auto* a : {"gelu", "silu", "relu"}) compare_op16(a, {}, {rnd({9, 256}, r, 3.0)}, {}, all, dt);
     compare_op16("gelu", {}, {rnd({5, 100}, r, 3.0)}, {}, {{false}, false, true, true, false}, dt);
-    compare_op16("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, 200}, r)},
-                 {{"weight", rnd({200}, r)}, {"bias", rnd({200}, r)}}, {{false}, true, true, true, true}, dt);
+    for (int64_t C : {200, 768, 1100})
+      compare_op16("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, C}, r)}, {{"weight", rnd({C}, r)}, {"bias", rnd({C}, r)}},
+                   {{false}, true, true, true, true}, dt);
     // Head size 64: the tensor-core kernels read and write 16 bits (257 rows: a partial last tile).
     compare_op16("attention", {{"n_head", 2}}, {rnd({2, 257, 3 * 128}, r, 2.0)}, {}, all, dt);
     compare_op16("attention", {{"n_head", 3}}, {rnd({1, 100, 3 * 192}, r)}, {}, {{false}, false, true, true, false},
@@ -247,6 +248,8 @@ TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   for (auto* a : {"gelu", "relu", "silu"}) compare_op(a, {}, {rnd({9, 257}, r, 3.0)}, {});
   compare_op("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, 200}, r)},
              {{"weight", rnd({200}, r)}, {"bias", rnd({200}, r)}});
+  for (int64_t C : {500, 768, 1000, 1100})  // the one-pass backward's register widths, and past them
+    compare_op("layernorm", {{"eps", 1e-5}}, {rnd({3, 45, C}, r)}, {{"weight", rnd({C}, r)}, {"bias", rnd({C}, r)}});
   compare_op("rmsnorm", {{"eps", 1e-6}}, {rnd({6, 37, 200}, r)}, {{"weight", rnd({200}, r)}});
   compare_op("attention", {{"n_head", 4}}, {rnd({3, 70, 3 * 64}, r)}, {}, 5e-5);   // head size 16
   compare_op("attention", {{"n_head", 2}}, {rnd({2, 97, 3 * 128}, r)}, {}, 5e-5);  // 64
