@@ -9,10 +9,12 @@
 // they lie (strided rows, no packed copies; rows past T are zero-filled in
 // shared memory), write the output in f32 or 16 bits, and the qkv gradient
 // added into / written over f32, or written in 16 bits. The softmax runs on
-// exp2 of the scores times log2(e)/sqrt(64). The backward is one kernel per key
-// block (dK, dV in registers) and one per query block (dQ): seven products
-// instead of FlashAttention-2's five with atomics, in exchange for
-// deterministic, atomic-free gradients.
+// exp2 of the scores times log2(e)/sqrt(64). The forward gives each warp 32
+// query rows (two m16 tiles share every K/V fragment read from shared memory;
+// its Q fragments stay in registers), 128 rows a block. The backward is one
+// kernel per key block (dK, dV in registers) and one per query block (dQ):
+// seven products instead of FlashAttention-2's five with atomics, in exchange
+// for deterministic, atomic-free gradients.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
