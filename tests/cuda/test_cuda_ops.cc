@@ -84,25 +84,34 @@ Tensor rounded(const Tensor& t, DType dt) {
   return r;
 }
 
-// Worst relative difference of the op's forward output, CPU vs CUDA.
-double compare_op(const std::string& opname, json attrs, std::vector<Tensor> in, std::map<std::string, Tensor> params,
-                  double tol = 2e-5, DType pre_round = DType::F32) {
-  INFO("op " << opname);
+// A one-node graph's node for `opname`, and an upstream gradient for its output (a scalar output gets 0.75).
+Node op_node(const std::string& opname, json attrs) {
   Node n;
   n.op = opname;
   n.block = "b";
   n.out = {"y"};
   n.attrs = attrs.is_null() ? json::object() : std::move(attrs);
-  // Upstream gradient: forward once on CPU for the shape.
-  Rng r(5);
-  const Op& op = op_lookup(opname);
+  return n;
+}
+Tensor upstream_grad(const Node& n, const std::vector<Tensor>& in, const std::map<std::string, Tensor>& params,
+                     uint64_t seed) {
   std::vector<ValueInfo> vin;
   for (auto& t : in) vin.push_back({t.shape(), t.dtype()});
   std::map<std::string, Shape> ps;
   for (auto& [k, t] : params) ps[k] = t.shape();
-  Shape os = op.infer(n, vin, ps)[0].shape;
+  Shape os = op_lookup(n.op).infer(n, vin, ps)[0].shape;
+  Rng r(seed);
   Tensor dout = os.empty() ? Tensor::empty({}, DType::F32) : rnd(os, r);
   if (os.empty()) dout.f32()[0] = 0.75f;
+  return dout;
+}
+
+// Worst relative difference of the op's forward output, CPU vs CUDA.
+double compare_op(const std::string& opname, json attrs, std::vector<Tensor> in, std::map<std::string, Tensor> params,
+                  double tol = 2e-5, DType pre_round = DType::F32) {
+  INFO("op " << opname);
+  const Node n = op_node(opname, std::move(attrs));
+  Tensor dout = upstream_grad(n, in, params, 5);
   // Pre-rounded operands make 16-bit products exact in fp32 on both sides.
   for (auto& t : in) t = rounded(t, pre_round);
   for (auto& [k, t] : params) t = rounded(t, pre_round);
@@ -151,20 +160,9 @@ struct Storage16 {
 void compare_op16(const std::string& opname, json attrs, std::vector<Tensor> in, std::map<std::string, Tensor> params,
                   const Storage16& st, DType dt, double tol = 3e-2) {
   INFO("op " << opname << " (16-bit storage, " << dtype_name(dt) << ")");
-  Node n;
-  n.op = opname;
-  n.block = "b";
-  n.out = {"y"};
-  n.attrs = attrs.is_null() ? json::object() : std::move(attrs);
+  const Node n = op_node(opname, std::move(attrs));
   const Op& op = op_lookup(opname);
-  std::vector<ValueInfo> vin;
-  for (auto& t : in) vin.push_back({t.shape(), t.dtype()});
-  std::map<std::string, Shape> ps;
-  for (auto& [k, t] : params) ps[k] = t.shape();
-  Shape os = op.infer(n, vin, ps)[0].shape;
-  Rng r(9);
-  Tensor dout = os.empty() ? Tensor::empty({}, DType::F32) : rnd(os, r);
-  if (os.empty()) dout.f32()[0] = 0.75f;
+  Tensor dout = upstream_grad(n, in, params, 9);
   for (size_t k = 0; k < in.size(); ++k)
     if (st.in16[k]) in[k] = rounded(in[k], dt);
   if (st.dout16) dout = rounded(dout, dt);

@@ -26,6 +26,16 @@ Config gpu_cfg(const std::string& text, bool gpu = true) {
   c.device = gpu ? Device::cuda(0) : Device::cpu();
   return c;
 }
+// Training with `opt` (config keys) and zero_optimization `z` on the GPU gives the losses l0 and weights w0.
+void same_run(const Model& g, const std::string& opt, const char* z, const std::vector<double>& l0,
+              const std::map<std::string, Tensor>& w0) {
+  INFO("zero_optimization " << z);
+  std::map<std::string, Tensor> w;
+  auto l = train_losses(g, gpu_cfg("{" + opt + R"(, "zero_optimization": )" + z + "}"), 8, &w);
+  for (size_t i = 0; i < l.size(); ++i) REQUIRE(l[i] == Approx(l0[i]).epsilon(1e-5));
+  for (auto& [k, t] : w0)
+    for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w.at(k).f32()[i] == Approx(t.f32()[i]).margin(1e-5));
+}
 }  // namespace
 
 TEST_CASE("fp16 on GPU: injected inf/nan skip the step; hysteresis, growth, minimum", "[cuda]") {
@@ -87,18 +97,11 @@ TEST_CASE("every ZeRO stage and CPU offload on one GPU equal stage 0 (fp32)", "[
   REQUIRE(l0.back() < l0.front());
   auto cpu = train_losses(g, gpu_cfg("{" + opt + "}", false), 8);
   for (size_t i = 0; i < l0.size(); ++i) REQUIRE(cpu[i] == Approx(l0[i]).epsilon(1e-4));
-  for (const char* z :
-       {R"({"stage": 1})", R"({"stage": 2, "reduce_bucket_size": 3000})",
-        R"({"stage": 3, "reduce_bucket_size": 3000, "stage3_prefetch_bucket_size": 5000})",
-        R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})",
-        R"({"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})"}) {
-    INFO("zero_optimization " << z);
-    std::map<std::string, Tensor> w;
-    auto l = train_losses(g, gpu_cfg("{" + opt + R"(, "zero_optimization": )" + z + "}"), 8, &w);
-    for (size_t i = 0; i < l.size(); ++i) REQUIRE(l[i] == Approx(l0[i]).epsilon(1e-5));
-    for (auto& [k, t] : w0)
-      for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w[k].f32()[i] == Approx(t.f32()[i]).margin(1e-5));
-  }
+  for (const char* z : {R"({"stage": 1})", R"({"stage": 2, "reduce_bucket_size": 3000})",
+                        R"({"stage": 3, "reduce_bucket_size": 3000, "stage3_prefetch_bucket_size": 5000})",
+                        R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})",
+                        R"({"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})"})
+    same_run(g, opt, z, l0, w0);
 }
 
 TEST_CASE("bf16 on one GPU: the kept 16-bit weights follow every update path and a resumed run", "[cuda]") {
@@ -111,14 +114,8 @@ TEST_CASE("bf16 on one GPU: the kept 16-bit weights follow every update path and
   auto l0 = train_losses(g, gpu_cfg("{" + opt + "}"), 8, &w0);
   REQUIRE(l0.back() < l0.front());
   for (const char* z : {R"({"stage": 1})", R"({"stage": 2, "reduce_bucket_size": 3000})",
-                        R"({"stage": 3, "reduce_bucket_size": 3000, "stage3_prefetch_bucket_size": 5000})"}) {
-    INFO("zero_optimization " << z);
-    std::map<std::string, Tensor> w;
-    auto l = train_losses(g, gpu_cfg("{" + opt + R"(, "zero_optimization": )" + z + "}"), 8, &w);
-    for (size_t i = 0; i < l.size(); ++i) REQUIRE(l[i] == Approx(l0[i]).epsilon(1e-5));
-    for (auto& [k, t] : w0)
-      for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(w[k].f32()[i] == Approx(t.f32()[i]).margin(1e-5));
-  }
+                        R"({"stage": 3, "reduce_bucket_size": 3000, "stage3_prefetch_bucket_size": 5000})"})
+    same_run(g, opt, z, l0, w0);
   {  // CPU AdamW on a host master: the device copies are refreshed after the update
     auto l = train_losses(
         g, gpu_cfg("{" + opt + R"(, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})"), 8);
