@@ -55,4 +55,16 @@ struct Plan {
 // group ids that are not 0..G-1 in first-appearance order.
 Plan plan(const std::vector<ParamInput>& params, int world, int64_t align);
 
+// Model-state bytes per rank that the engine allocates for P parameters (padding and the stage-3 persistent
+// parameters aside), split by where they live. An Adam-family optimizer (two moments); `mixed`: 16-bit compute
+// with an fp32 master; `gpu`: a CUDA run, whose 16-bit runs also keep the compute weights in 16 bits at
+// stages 0-2; offload_optimizer moves master, moments and a gradient shard to host memory (GPU runs, stage >= 1),
+// offload_param the stage-3 parameter shard.
+struct StateEstimate {
+  double params = 0, grads = 0, optimizer = 0;  // as Engine::model_state_bytes counts them
+  double device = 0, host = 0;                  // the same bytes by location (host = all of it on CPU runs)
+};
+StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, bool gpu, bool offload_optimizer,
+                                    bool offload_param);
+
 }  // namespace zerorun::zero

@@ -18,6 +18,7 @@
 #include "zerorun/merge.h"
 #include "zerorun/model.h"
 #include "zerorun/trainer.h"
+#include "zerorun/zero_plan.h"
 
 using namespace zerorun;
 
@@ -55,21 +56,30 @@ int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, con
   return 0;
 }
 
-int cmd_estimate(const std::string& model_path, int world, const std::string& precision) {
+int cmd_estimate(const std::string& model_path, int world, const std::string& precision, const std::string& device) {
   Model m = load_model(model_path);
   const double P = static_cast<double>(m.num_params());
   const bool mixed = precision != "fp32";
   ZR_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", "--precision must be fp32, bf16 or fp16");
+  ZR_CHECK(device == "cuda" || device == "cpu", "--device must be cuda or cpu, got '", device, "'");
   ZR_CHECK(world >= 1, "--num_gpus must be >= 1");
-  // Bytes per parameter (DeepSpeed's model-state accounting).
-  const double pb = mixed ? 2 : 4, gb = mixed ? 2 : 4, ob = mixed ? 12 : 8;
-  std::printf("%s: %.0f parameters, %s, %d rank(s); model states per rank (activations not included)\n",
-              model_path.c_str(), P, precision.c_str(), world);
-  std::printf("%-8s %12s %12s %12s %12s   %s\n", "stage", "params", "grads", "optimizer", "total", "offload_optimizer");
+  const bool gpu = device == "cuda";
+  auto mib = [](double b) { return b / 1048576; };
+  std::printf(
+      "%s: %.0f parameters, %s on %s, %d rank(s); model states per rank as zerorun allocates them\n"
+      "(AdamW; activations not included)\n",
+      model_path.c_str(), P, precision.c_str(), device.c_str(), world);
+  std::printf("%-8s %12s %12s %12s %12s   %s\n", "stage", "params", "grads", "optimizer", "total",
+              gpu ? "offload_optimizer (+ offload_param at stage 3)" : "");
   for (int st = 0; st <= 3; ++st) {
-    double p = P * pb / (st >= 3 ? world : 1), g = P * gb / (st >= 2 ? world : 1), o = P * ob / (st >= 1 ? world : 1);
-    std::printf("ZeRO-%-3d %10.1fMiB %10.1fMiB %10.1fMiB %10.1fMiB   device %.1fMiB + host %.1fMiB\n", st, p / 1048576,
-                g / 1048576, o / 1048576, (p + g + o) / 1048576, (p + g) / 1048576, o / 1048576);
+    const zero::StateEstimate e = zero::estimate_model_states(P, st, world, mixed, gpu, false, false);
+    std::printf("ZeRO-%-3d %9.1fMiB %9.1fMiB %9.1fMiB %9.1fMiB", st, mib(e.params), mib(e.grads), mib(e.optimizer),
+                mib(e.params + e.grads + e.optimizer));
+    if (gpu && st >= 1) {
+      const zero::StateEstimate o = zero::estimate_model_states(P, st, world, mixed, gpu, true, st == 3);
+      std::printf("   device %.1fMiB + host %.1fMiB", mib(o.device), mib(o.host));
+    }
+    std::printf("\n");
   }
   return 0;
 }
@@ -166,12 +176,13 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--ffn", llama.ffn, "llama: MLP width");
   init_cmd->add_flag("--untied", untied, "gpt2: separate lm_head weight");
 
-  std::string est_model, est_precision = "bf16";
+  std::string est_model, est_precision = "bf16", est_device = "cuda";
   int est_world = 1;
   auto* est_cmd = app.add_subcommand("estimate", "model-state memory per rank for each ZeRO stage");
   est_cmd->add_option("model", est_model, "model.bin")->required();
   est_cmd->add_option("--num_gpus", est_world, "ranks");
   est_cmd->add_option("--precision", est_precision, "fp32 | bf16 | fp16");
+  est_cmd->add_option("--device", est_device, "cuda | cpu (the training device)");
 
   auto* report_cmd = app.add_subcommand("report", "build features, library versions, GPUs seen");
 
@@ -214,7 +225,7 @@ int main(int argc, char** argv) {
       gpt.tied = !untied;
       return cmd_init(arch, out, seed, mlp, gpt, llama);
     }
-    if (*est_cmd) return cmd_estimate(est_model, est_world, est_precision);
+    if (*est_cmd) return cmd_estimate(est_model, est_world, est_precision, est_device);
     if (*merge_cmd) {
       MergeResult r =
           merge_checkpoint(merge_in, merge_tag, merge_out, merge_dtype == "bf16" ? DType::BF16 : DType::F32);

@@ -72,4 +72,31 @@ Plan plan(const std::vector<ParamInput>& in, int world, int64_t align) {
   return p;
 }
 
+StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, bool gpu, bool offload_optimizer,
+                                    bool offload_param) {
+  ZR_CHECK(stage >= 0 && stage <= 3, "ZeRO stage must be 0..3, got ", stage);
+  ZR_CHECK(world >= 1, "world size must be >= 1, got ", world);
+  const bool off = gpu && offload_optimizer && stage >= 1;
+  const bool off_p = off && stage == 3 && offload_param;
+  const double W = world;
+  StateEstimate e;
+  // Compute weights: f32 (full at stages 0-2, a shard at 3), plus the 16-bit copy the products read.
+  const double compute = stage < 3 ? 4 * P : 4 * P / W;
+  const double compute16 = gpu && mixed && stage < 3 ? 2 * P : 0;
+  const double grads = stage < 2 ? 4 * P : 4 * P / W;
+  const double host_grad = off ? 4 * P / W : 0;
+  const double master = mixed || off ? (stage == 0 ? 4 * P : 4 * P / W) : 0;
+  const double moments = stage == 0 ? 8 * P : 8 * P / W;
+  e.params = compute + compute16;
+  e.grads = grads + host_grad;
+  e.optimizer = master + moments;
+  if (!gpu) {
+    e.host = e.params + e.grads + e.optimizer;
+    return e;
+  }
+  e.device = (off_p ? 0 : e.params) + grads + (off ? 0 : e.optimizer);
+  e.host = (off_p ? compute : 0) + host_grad + (off ? e.optimizer : 0);
+  return e;
+}
+
 }  // namespace zerorun::zero

@@ -7,6 +7,7 @@
 
 #include "tests/common/tiny.h"
 #include "zerorun/engine.h"
+#include "zerorun/zero_plan.h"
 
 using namespace zerorun;
 
@@ -52,6 +53,11 @@ int main() {
   expect(near(b[2].params, 4 * P) && near(b[2].grads, 4 * P / W) && near(b[2].optimizer, 8 * P / W), "stage 2 bytes",
          R);
   expect(near(b[3].total(), 16 * P / W), "stage 3 total ~ 1/N of stage 0", R);
+  for (int st = 0; st <= 3; ++st) {  // what `zerorun estimate` prints for this run
+    const zero::StateEstimate e = zero::estimate_model_states(P, st, W, false, false, false, false);
+    expect(near(b[st].params, e.params) && near(b[st].grads, e.grads) && near(b[st].optimizer, e.optimizer),
+           "stage " + std::to_string(st) + " bytes = zerorun estimate", R);
+  }
   expect(near(static_cast<double>(b[3].total()) * W, static_cast<double>(b[0].total())), "stage 3 x N ~ stage 0", R);
   for (int st = 1; st <= 3; ++st)
     expect(std::fabs(loss[st] - loss[0]) <= 1e-6 * loss[0], "stage " + std::to_string(st) + " first loss", R);

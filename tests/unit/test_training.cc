@@ -5,6 +5,7 @@
 
 #include "tests/common/tiny.h"
 #include "zerorun/engine.h"
+#include "zerorun/zero_plan.h"
 
 using namespace zerorun;
 using testing::make_cfg;
@@ -103,4 +104,34 @@ TEST_CASE("bf16 mode trains with rounded compute weights", "[train]") {
   REQUIRE(l.back() < 0.7 * l.front());
   REQUIRE(l[0] != f[0]);  // rounding is really applied
   REQUIRE(l[0] == Approx(f[0]).epsilon(1e-2));
+}
+
+TEST_CASE("zerorun estimate's model-state bytes are what the engine allocates", "[train]") {
+  Model g = tiny_gpt();
+  const double P = static_cast<double>(g.num_params());
+  for (const char* prec : {"", R"(, "bf16": {"enabled": true})"}) {
+    for (int st = 0; st <= 3; ++st) {
+      INFO("stage " << st << (*prec ? " bf16" : " fp32"));
+      Config c = make_cfg(R"({"train_batch_size": 4, "zero_optimization": {"stage": )" + std::to_string(st) +
+                          R"(, "stage3_param_persistence_threshold": 0})" + prec + "}");
+      auto comm = make_self_comm();
+      Engine e(g, c, *comm, 1);
+      const ModelStateBytes b = e.model_state_bytes();
+      const zero::StateEstimate est = zero::estimate_model_states(P, st, 1, *prec != 0, false, false, false);
+      // Padding to the alignment adds a little to the engine's buffers.
+      auto near = [](double got, double want) { return got >= want && got <= want * 1.02 + 4096; };
+      CHECK(near(b.params, est.params));
+      CHECK(near(b.grads, est.grads));
+      CHECK(near(b.optimizer, est.optimizer));
+      CHECK(est.host == Approx(est.params + est.grads + est.optimizer));
+    }
+  }
+  // World size and offload arithmetic (GPU runs): stage-2 bf16 on 4 ranks with the optimizer on the host.
+  const zero::StateEstimate o = zero::estimate_model_states(1000, 2, 4, true, true, true, false);
+  CHECK(o.params == 6000);            // f32 + 16-bit compute weights
+  CHECK(o.grads == 1000 + 1000);      // the gradient shard, and its host copy
+  CHECK(o.optimizer == 1000 + 2000);  // master and moments shards
+  CHECK(o.device == 6000 + 1000);     // params + gradient shard
+  CHECK(o.host == 1000 + 3000);       // host gradient shard + optimizer
+  CHECK_THROWS_WITH(zero::estimate_model_states(1, 4, 1, false, false, false, false), Catch::Contains("stage"));
 }
