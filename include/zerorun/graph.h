@@ -149,6 +149,7 @@ class Executor {
   std::vector<std::vector<std::pair<size_t, size_t>>> uses_;
   std::vector<std::pair<int, size_t>> producer_;
   bool store16(size_t node, size_t out) const;  // forward output kept in 16 bits (Op::emits16)
+  std::vector<std::vector<bool>> out16_;        // store16 per node output, fixed by the graph
   size_t loss_id_ = 0;
   bool have_forward_ = false;
 };

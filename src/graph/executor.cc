@@ -45,6 +45,9 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
     for (size_t k = 0; k < node_out_[i].size(); ++k) producer_[node_out_[i][k]] = {static_cast<int>(i), k};
   }
   checkpoint_block.assign(g_.blocks.size(), false);
+  out16_.resize(node_out_.size());
+  for (size_t i = 0; i < node_out_.size(); ++i)
+    for (size_t k = 0; k < node_out_[i].size(); ++k) out16_[i].push_back(store16(i, k));
 }
 
 bool Executor::store16(size_t i, size_t out) const {
@@ -60,7 +63,7 @@ void Executor::run_node_forward(size_t i) {
   NodeCtx c;
   c.node = &n;
   for (auto v : node_in_[i]) c.in.push_back(values_[v]);
-  for (size_t k = 0; k < node_out_[i].size(); ++k) c.out16.push_back(store16(i, k));
+  c.out16 = out16_[i];
   for (auto& [role, name] : n.params) {
     auto it = params_.find(name);
     ZR_CHECK(it != params_.end() && it->second.defined(), "parameter '", name, "' is not materialised");
