@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything a one-GPU device call should run, in order of importance, each
 # part under its own time limit so one slow part cannot starve the rest:
-# GPU tests (tests/run_gpu.sh), the GEMM probe (cuBLASLt vs PyTorch products), a per-op profile of GPT-2 124M, the GPT-2
+# GPU tests (tests/run_gpu.sh), the GEMM probe (cuBLASLt vs PyTorch products), the kernel-time breakdown of one
+# GPT-2 124M step under ncu (bench/ncu_step.sh), the GPT-2
 # benchmark against PyTorch, and GPT-2 1.5B with ZeRO-3 + CPU offload; with
 # 2+ GPUs also tests/run_multi_gpu.sh. Logs go to OUT_DIR.
 # Usage (device machine, after tests/make_device_bundle.sh, carry .devbuild):
@@ -22,11 +23,9 @@ part() {  # name seconds cmd...
 }
 part gpu_tests 170 bash tests/run_gpu.sh "$OUTD"
 W=$(mktemp -d)
-"$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd 768 --n_layer 12 --n_head 12 -o "$W/p.bin" >/dev/null
-echo '{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}}' >"$W/p.json"
 TAIL=2 part torch_sdpa 40 python3 bench/torch_sdpa.py
 TAIL=12 part gemm_probe 60 bash -c '.devbuild/bin/zerorun_gemm_probe; python3 bench/torch_gemm.py'
-ZERORUN_PROFILE=1 TAIL=40 part profile_124m 60 "$ZR" --device cuda --config "$W/p.json" "$W/p.bin" --steps 6
+TAIL=40 part ncu_step_124m 120 bash bench/ncu_step.sh
 BENCH_DIR=$W/bench TAIL=8 part bench_gpt2 330 bash bench/bench_gpt2.sh "${SIZES:-124M 350M 1.5B}" 8
 MODEL=$W/bench/m-1.5B.bin TAIL=8 part offload_1p5b 100 bash bench/offload_1p5b.sh 3
 G=$(nvidia-smi -L 2>/dev/null | wc -l)
