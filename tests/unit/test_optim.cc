@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "zerorun/optim.h"
 
@@ -131,4 +132,30 @@ TEST_CASE("adam matches the closed form; adamw vs L2 decay differ", "[optim]") {
   kernels::cpu::sgd_step(&q, &g, &buf, 1, 0.1f, 0.9f, 0.f, 0.f, false, true);
   kernels::cpu::sgd_step(&q, &g, &buf, 1, 0.1f, 0.9f, 0.f, 0.f, false, false);
   REQUIRE(q == Approx(1.f - 0.05f - 0.1f * (0.9f * 0.5f + 0.5f)));
+}
+
+TEST_CASE("AdamW with rounded outputs: the update, then the weights rounded to f32 values and 16-bit bits", "[optim]") {
+  auto& be = kernels::cpu_backend();
+  const int64_t n = 1001;
+  std::vector<float> p(n), g(n), m(n, 0.f), v(n, 0.f);
+  for (int64_t i = 0; i < n; ++i) p[i] = 0.37f * std::sin(0.1f * i) + 1e-3f * i, g[i] = std::cos(0.3f * i);
+  std::vector<float> p2 = p, m2 = m, v2 = v;
+  for (DType dt : {DType::BF16, DType::F16}) {
+    std::vector<float> r32(n);
+    std::vector<uint16_t> r16(n);
+    be.adam_step(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, true, true, 1);
+    be.adam_step_rounded(p2.data(), g.data(), m2.data(), v2.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, true, true, 1,
+                         dt, r32.data(), r16.data());
+    for (int64_t i = 0; i < n; ++i) {
+      REQUIRE(p2[i] == p[i]);  // the fp32 master is updated exactly as by adam_step
+      REQUIRE(m2[i] == m[i]);
+      REQUIRE(v2[i] == v[i]);
+      const uint16_t want = dt == DType::BF16 ? f32_to_bf16(p[i]) : f32_to_f16(p[i]);
+      REQUIRE(r16[i] == want);
+      REQUIRE(r32[i] == round_to(dt, p[i]));
+    }
+  }
+  std::vector<uint16_t> h(3);
+  const float src[3] = {1.f, 3.14159f, -65504.f};
+  REQUIRE_THROWS_WITH(be.round_to16(DType::F32, src, h.data(), nullptr, 3), Catch::Contains("bf16 or f16"));
 }
