@@ -23,7 +23,7 @@ part() {  # name seconds cmd...
 }
 part gpu_tests 170 bash tests/run_gpu.sh "$OUTD"
 W=$(mktemp -d)
-TAIL=2 part torch_sdpa 40 python3 bench/torch_sdpa.py
+TAIL=2 part attention 60 bash -c '.devbuild/bin/zerorun_attn_probe; python3 bench/torch_sdpa.py'
 TAIL=12 part gemm_probe 60 bash -c '.devbuild/bin/zerorun_gemm_probe; python3 bench/torch_gemm.py'
 TAIL=40 part ncu_step_124m 120 bash bench/ncu_step.sh
 BENCH_DIR=$W/bench TAIL=8 part bench_gpt2 330 bash bench/bench_gpt2.sh "${SIZES:-124M 350M 1.5B}" 8
