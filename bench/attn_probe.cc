@@ -12,15 +12,13 @@
 #include <functional>
 #include <vector>
 
+#include "bench/probe_util.h"
 #include "kernels/cuda/flash_attention.h"
 #include "zerorun/error.h"
 
 namespace {
-void* dev_alloc(size_t bytes) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) throw zerorun::Error("cudaMalloc failed");
-  return p;
-}
+using zerorun::probe::dev_alloc;
+using zerorun::probe::event_ms;
 // Random bf16 values in [-2, 2) (as bits), so the softmax is not degenerate.
 void fill_bf16(void* d, size_t n, unsigned seed) {
   std::vector<uint16_t> h(n);
@@ -32,22 +30,6 @@ void fill_bf16(void* d, size_t n, unsigned seed) {
     h[i] = static_cast<uint16_t>(u >> 16);
   }
   cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice);
-}
-double time_ms(const std::function<void()>& f) {
-  for (int i = 0; i < 3; ++i) f();
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  const int reps = 20;
-  cudaEventRecord(a);
-  for (int i = 0; i < reps; ++i) f();
-  cudaEventRecord(b);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  return ms / reps;
 }
 }  // namespace
 
@@ -64,9 +46,9 @@ int main(int argc, char** argv) {
     fill_bf16(qkv, B * T * 3 * C, 1);
     fill_bf16(dout, B * T * C, 2);
     using namespace zerorun::kernels::flash;
-    const double fwd = time_ms([&] { tc_forward(true, qkv, nullptr, out, lse, B, T, C, H); });
+    const double fwd = event_ms([&] { tc_forward(true, qkv, nullptr, out, lse, B, T, C, H); });
     const double bwd =
-        time_ms([&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, B, T, C, H); });
+        event_ms([&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, B, T, C, H); });
     if (cudaDeviceSynchronize() != cudaSuccess) throw zerorun::Error("a kernel failed");
     const double fl = 4.0 * B * H * T * T * D / 2;
     std::printf(

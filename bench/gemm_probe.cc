@@ -11,35 +11,18 @@
 #include <string>
 #include <vector>
 
+#include "bench/probe_util.h"
 #include "kernels/cuda/lt_gemm.h"
 #include "zerorun/error.h"
 
 using zerorun::DType;
 
 namespace {
-void* dev_alloc(size_t bytes) {
-  void* p = nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) throw zerorun::Error("cudaMalloc failed");
-  cudaMemset(p, 0, bytes);
-  return p;
-}
+using zerorun::probe::dev_alloc;
 // Milliseconds per call, or -1 with the reason printed when the variant cannot run.
 double time_ms(const std::string& what, const std::function<void()>& f) {
   try {
-    for (int i = 0; i < 3; ++i) f();
-    cudaEvent_t a, b;
-    cudaEventCreate(&a);
-    cudaEventCreate(&b);
-    cudaEventRecord(a);
-    const int reps = 20;
-    for (int i = 0; i < reps; ++i) f();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ms / reps;
+    return zerorun::probe::event_ms(f);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s: %s\n", what.c_str(), e.what());
     return -1;
