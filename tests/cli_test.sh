@@ -42,6 +42,13 @@ expect_ok "init gpt2" "wrote gpt.bin" "$ZR" init --arch gpt2 --vocab 128 --n_ctx
 expect_ok "init llama" "wrote llama.bin" "$ZR" init --arch llama --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --ffn 96 -o llama.bin
 expect_ok "report" "CPU backend" "$ZR" report
 expect_ok "estimate" "ZeRO-3" "$ZR" estimate gpt.bin --num_gpus 4
+expect_ok "estimate on cpu, fp32" "fp32 on cpu" "$ZR" estimate gpt.bin --device cpu --precision fp32
+expect_fail "estimate: bad device" "--device must be cuda or cpu" "$ZR" estimate gpt.bin --device tpu
+echo '{"train_batch_size": 4, "steps_per_print": 100}' >prof.json
+expect_ok "ZERORUN_PROFILE=1: per-op table, synchronised" "device synchronised per op" \
+  env ZERORUN_PROFILE=1 "$ZR" --device cpu --config prof.json gpt.bin --steps 2
+expect_ok "ZERORUN_PROFILE=host: queue times and waits" "wait loss .* 2 calls" \
+  env ZERORUN_PROFILE=host "$ZR" --device cpu --config prof.json gpt.bin --steps 2
 
 # The seed configs, as they are.
 expect_fail "tiny fp16 config on 1 rank: batch rule" "16 != 8 * 1 * 1" \

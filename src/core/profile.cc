@@ -24,7 +24,7 @@ std::map<std::string, Entry>& table() {
 }
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 void sync() {
-  if (cuda::available()) cuda::synchronize();
+  if (!host_only() && cuda::available()) cuda::synchronize();
 }
 }  // namespace
 
@@ -34,6 +34,14 @@ bool enabled() {
     return e && *e && std::string(e) != "0";
   }();
   return on;
+}
+
+bool host_only() {
+  static const bool h = [] {
+    const char* e = std::getenv("ZERORUN_PROFILE");
+    return e && std::string(e) == "host";
+  }();
+  return h;
 }
 
 void add(const std::string& phase, double seconds) {
@@ -53,7 +61,10 @@ std::string report() {
   for (auto& r : rows)
     if (r.first.rfind("..", 0) != 0) total += r.second.seconds;
   std::string out =
-      "profile (device synchronised per op; \"..\" rows are parts of an op row, not added to the total):\n";
+      host_only() ? "profile (host time only, no synchronisation: op rows = time to queue the op, \"wait\" rows = "
+                    "the host blocked on the device; \"..\" rows are parts of another row):\n"
+                  : "profile (device synchronised per op; \"..\" rows are parts of an op row, not added to the "
+                    "total):\n";
   char line[200];
   for (auto& [k, e] : rows) {
     std::snprintf(line, sizeof line, "  %-28s %10.2f ms %6.1f%% %8lld calls %9.3f ms/call\n", k.c_str(),

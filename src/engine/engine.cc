@@ -370,6 +370,7 @@ void Engine::gather_after_step(bool rounded) {
 
 StepStats Engine::train_step(DataSource& data) {
   auto t0 = std::chrono::steady_clock::now();
+  profile::Scope whole(".. train_step (whole)");
   StepStats st;
   const int W = comm_.size(), r = comm_.rank();
   const double scale = scaler_->scale();
@@ -377,14 +378,21 @@ StepStats Engine::train_step(DataSource& data) {
   std::vector<Tensor> losses;  // read after every backward is queued (one wait instead of one per forward)
   for (int64_t a = 0; a < cfg_.gas; ++a) {
     int64_t first = global_step_ * cfg_.batch + (a * W + r) * cfg_.micro;
-    auto inputs = data.batch(first, cfg_.micro);
-    if (!dev_.is_cpu())
-      for (auto& [k, t] : inputs) t = t.to(dev_, MemCategory::Activations);
+    std::map<std::string, Tensor> inputs;
+    {
+      profile::Scope ps("data");
+      inputs = data.batch(first, cfg_.micro);
+      if (!dev_.is_cpu())
+        for (auto& [k, t] : inputs) t = t.to(dev_, MemCategory::Activations);
+    }
     losses.push_back(exec_->forward_async(inputs));
     // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale).
     exec_->backward(static_cast<float>(scale / static_cast<double>(cfg_.gas)));
   }
-  for (auto& l : losses) loss_sum += static_cast<double>(be().get_scalar(l.f32()));
+  {
+    profile::Scope ps("wait loss");
+    for (auto& l : losses) loss_sum += static_cast<double>(be().get_scalar(l.f32()));
+  }
   Tensor& gbuf = stage_ < 2 ? grads_full_ : grads_shard_;
   float* g = gbuf.f32();
   const int64_t gn = gbuf.numel();
@@ -401,7 +409,11 @@ StepStats Engine::train_step(DataSource& data) {
   st.loss = loss_sum / static_cast<double>(cfg_.gas * W);
   if (scale * W != 1.0) be().scale_inplace(g, static_cast<float>(1.0 / (scale * W)), gn);
   bool finite = true;
-  double ss = be().finite_sum_squares(g, gn, &finite);  // one pass: overflow check and the norm's squares
+  double ss = 0.0;
+  {
+    profile::Scope ps("wait grad check");
+    ss = be().finite_sum_squares(g, gn, &finite);  // one pass: overflow check and the norm's squares
+  }
   float overflow = finite ? 0.f : 1.f;
   comm_.all_reduce(&overflow, 1, DType::F32, ReduceOp::Max);
   ++global_step_;
