@@ -119,6 +119,9 @@ class Executor {
   void set_grad(const std::string& name, const Tensor& t) { grads_[name] = t; }
   // 16-bit copies of parameters (see NodeCtx::params16); the caller keeps them equal to the rounded params.
   void set_params16(std::map<std::string, Tensor> p16) { params16_ = std::move(p16); }
+  // Whether a node output is asked for in 16-bit storage (where the backend has it: CUDA 16-bit runs):
+  // its producer emits16 and every consumer takes16. Throws for a name that is no node's output.
+  bool stores16(const std::string& value) const;
   // Forward over named inputs; returns the loss.
   double forward(const std::map<std::string, Tensor>& inputs);
   // The same, returning the loss as the (device) scalar tensor: reading it is left to the caller, so a GPU run

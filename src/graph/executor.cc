@@ -58,6 +58,13 @@ bool Executor::store16(size_t i, size_t out) const {
   return true;
 }
 
+bool Executor::stores16(const std::string& value) const {
+  auto it = value_id_.find(value);
+  ZR_CHECK(it != value_id_.end() && producer_[it->second].first >= 0, "'", value, "' is not a node output");
+  const auto [node, out] = producer_[it->second];
+  return out16_[static_cast<size_t>(node)][out];
+}
+
 void Executor::run_node_forward(size_t i) {
   const Node& n = g_.nodes[i];
   NodeCtx c;

@@ -135,3 +135,31 @@ TEST_CASE("zerorun estimate's model-state bytes are what the engine allocates", 
   CHECK(o.host == 1000 + 3000);       // host gradient shard + optimizer
   CHECK_THROWS_WITH(zero::estimate_model_states(1, 4, 1, false, false, false, false), Catch::Contains("stage"));
 }
+
+TEST_CASE("16-bit storage plan: what feeds only 16-bit readers is stored in 16 bits, the residual stream is not",
+          "[train]") {
+  Model g = tiny_gpt();
+  std::map<std::string, Tensor> none;
+  Executor ex(g.graph, none, none);
+  for (const char* v : {"h.0.ln_1", "h.0.attn.c_attn", "h.0.attn.out", "h.0.ln_2", "h.0.mlp.c_fc", "h.0.mlp.gelu",
+                        "h.1.attn.out", "ln_f", "logits"})
+    CHECK(ex.stores16(v));
+  // Outputs read by the residual adds or a loss stay f32; so do the embeddings.
+  for (const char* v : {"h.0.attn.c_proj", "h.0.mlp.c_proj", "h.0.res1", "h.0.res2", "h.1.res2", "loss"})
+    CHECK_FALSE(ex.stores16(v));
+  CHECK_THROWS_WITH(ex.stores16("tokens"), Catch::Contains("not a node output"));
+  CHECK_THROWS_WITH(ex.stores16("nope"), Catch::Contains("not a node output"));
+  LlamaSpec ls;
+  ls.vocab = 64;
+  ls.n_ctx = 16;
+  ls.n_embd = 32;
+  ls.n_layer = 1;
+  ls.n_head = 2;
+  ls.ffn = 48;
+  Model l = build_llama(ls, 3);
+  Executor el(l.graph, none, none);
+  CHECK(el.stores16("layers.0.self_attn.qkv_proj"));
+  CHECK(el.stores16("layers.0.self_attn.out"));
+  CHECK_FALSE(el.stores16("layers.0.mlp.act"));  // silu's output feeds the gate product (mul): f32
+  CHECK_FALSE(el.stores16("layers.0.mlp.up_proj"));
+}
