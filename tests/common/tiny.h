@@ -21,6 +21,18 @@ inline Gpt2Spec tiny_gpt_spec(int64_t vocab = 64, int64_t n_embd = 32) {
   return s;
 }
 
+inline LlamaSpec tiny_llama_spec(int64_t vocab, int64_t n_ctx, int64_t n_embd, int64_t n_layer, int64_t n_head,
+                                 int64_t ffn) {
+  LlamaSpec s;
+  s.vocab = vocab;
+  s.n_ctx = n_ctx;
+  s.n_embd = n_embd;
+  s.n_layer = n_layer;
+  s.n_head = n_head;
+  s.ffn = ffn;
+  return s;
+}
+
 inline Model tiny_gpt(uint64_t seed = 11, int64_t vocab = 64, int64_t n_embd = 32) {
   return build_gpt2(tiny_gpt_spec(vocab, n_embd), seed);
 }

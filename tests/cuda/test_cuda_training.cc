@@ -232,12 +232,5 @@ TEST_CASE("16-bit activation storage: GPT gradients on the GPU in bf16 match the
 }
 
 TEST_CASE("16-bit activation storage: Llama gradients on the GPU in bf16 match the CPU's fp32 gradients", "[cuda]") {
-  LlamaSpec s;
-  s.vocab = 96;
-  s.n_ctx = 80;
-  s.n_embd = 128;
-  s.n_layer = 2;
-  s.n_head = 2;
-  s.ffn = 192;
-  grads16_match_cpu(build_llama(s, 4), 96, 2, 80, 4e-2);
+  grads16_match_cpu(build_llama(testing::tiny_llama_spec(96, 80, 128, 2, 2, 192), 4), 96, 2, 80, 4e-2);
 }

@@ -149,14 +149,7 @@ TEST_CASE("16-bit storage plan: what feeds only 16-bit readers is stored in 16 b
     CHECK_FALSE(ex.stores16(v));
   CHECK_THROWS_WITH(ex.stores16("tokens"), Catch::Contains("not a node output"));
   CHECK_THROWS_WITH(ex.stores16("nope"), Catch::Contains("not a node output"));
-  LlamaSpec ls;
-  ls.vocab = 64;
-  ls.n_ctx = 16;
-  ls.n_embd = 32;
-  ls.n_layer = 1;
-  ls.n_head = 2;
-  ls.ffn = 48;
-  Model l = build_llama(ls, 3);
+  Model l = build_llama(testing::tiny_llama_spec(64, 16, 32, 1, 2, 48), 3);
   Executor el(l.graph, none, none);
   CHECK(el.stores16("layers.0.self_attn.qkv_proj"));
   CHECK(el.stores16("layers.0.self_attn.out"));
