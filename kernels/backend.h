@@ -149,16 +149,20 @@ class Backend {
   virtual void round_to(DType dt, const float* src, float* dst, int64_t n) = 0;  // dst = round(src)
   // dst = src rounded to `dt` (BF16 or F16) as 16-bit bits, and (dst32 non-null) as f32 values, in one pass.
   virtual void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) = 0;
-  // adam_step, then the updated p rounded to `dt` into r32 (f32 values) and r16 (16-bit bits), either may be
-  // null, in the same pass (the engine's compute copies of its fp32 master weights).
+  // src rounded to `dt` into r32 (f32 values) and / or r16 (16-bit bits); either may be null.
+  void round_copies(DType dt, const float* src, float* r32, uint16_t* r16, int64_t n) {
+    if (r16)
+      round_to16(dt, src, r16, r32, n);
+    else if (r32)
+      round_to(dt, src, r32, n);
+  }
+  // adam_step, then round_copies of the updated p, in the same pass where the backend can (the engine's
+  // compute copies of its fp32 master weights).
   virtual void adam_step_rounded(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                                  float beta2, float eps, float wd, bool adamw, bool bias_correction, int64_t step,
                                  DType dt, float* r32, uint16_t* r16) {
     adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
-    if (r16)
-      round_to16(dt, p, r16, r32, n);
-    else if (r32)
-      round_to(dt, p, r32, n);
+    round_copies(dt, p, r32, r16, n);
   }
   // Writes one f32 scalar (e.g. a loss gradient) at p.
   virtual void set_scalar(float* p, float v) = 0;

@@ -195,6 +195,15 @@ void fwd_t(const float* qkv, float* out, float* lse, int B, int T, int C, int H)
   k_fwd<HS><<<grid, kTile>>>(qkv, out, lse, T, C, H, hs, 1.f / sqrtf((float)hs));
   ZR_CUDA(cudaGetLastError());
 }
+// delta[b, h, t] = sum_i dout[b, t, h*hs + i] * out[b, t, h*hs + i] (the backward's row term).
+void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H) {
+  const int64_t n = B * H * T;
+  if (n == 0) return;
+  k_delta<<<(unsigned)std::min<int64_t>((n + 7) / 8, 1 << 16), 256>>>(out, dout, delta, (int)B, (int)T, (int)C, (int)H,
+                                                                      (int)(C / H));
+  ZR_CUDA(cudaGetLastError());
+}
+
 template <int HS>
 void bwd_t(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, float* delta, int B,
            int T, int C, int H) {
@@ -208,14 +217,6 @@ void bwd_t(const float* qkv, const float* out, const float* lse, const float* do
 }
 
 }  // namespace
-
-void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H) {
-  const int64_t n = B * H * T;
-  if (n == 0) return;
-  k_delta<<<(unsigned)std::min<int64_t>((n + 7) / 8, 1 << 16), 256>>>(out, dout, delta, (int)B, (int)T, (int)C, (int)H,
-                                                                      (int)(C / H));
-  ZR_CUDA(cudaGetLastError());
-}
 
 bool supported(int64_t head_size) { return head_size <= 128; }
 

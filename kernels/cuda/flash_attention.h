@@ -9,8 +9,6 @@ void forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int
 // Accumulates into dqkv; `delta` is scratch of B*H*T floats.
 void backward(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, float* delta,
               int64_t B, int64_t T, int64_t C, int64_t H);
-// delta[b, h, t] = sum_i dout[b, t, h*hs + i] * out[b, t, h*hs + i] (backward's row term).
-void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H);
 
 // Tensor-core variant for 16-bit runs (flash_attention_tc.cu): bf16 (or fp16)
 // operands, fp32 accumulation; head size 64 only. qkv [B, T, 3C] in 16 bits;

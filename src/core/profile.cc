@@ -23,26 +23,24 @@ std::map<std::string, Entry>& table() {
   return t;
 }
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+// ZERORUN_PROFILE, read once: 0 off, 1 synchronised, 2 host only.
+int mode() {
+  static const int m = [] {
+    const char* e = std::getenv("ZERORUN_PROFILE");
+    if (!e || !*e || std::string(e) == "0") return 0;
+    return std::string(e) == "host" ? 2 : 1;
+  }();
+  return m;
+}
+
 void sync() {
   if (!host_only() && cuda::available()) cuda::synchronize();
 }
 }  // namespace
 
-bool enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("ZERORUN_PROFILE");
-    return e && *e && std::string(e) != "0";
-  }();
-  return on;
-}
+bool enabled() { return mode() != 0; }
 
-bool host_only() {
-  static const bool h = [] {
-    const char* e = std::getenv("ZERORUN_PROFILE");
-    return e && std::string(e) == "host";
-  }();
-  return h;
-}
+bool host_only() { return mode() == 2; }
 
 void add(const std::string& phase, double seconds) {
   std::lock_guard<std::mutex> l(mu);

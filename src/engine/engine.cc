@@ -451,7 +451,7 @@ StepStats Engine::train_step(DataSource& data) {
             gr = host_grad_.f32() + shard_off_[gi];
           }
           opt_->update(owned_master(static_cast<int>(gi)), gr, shard_off_[gi], own.size(), lm.lr, beta1,
-                       stage_ < 3 ? rounded_out(own.begin) : RoundedOut{});
+                       rounded_out(own.begin));
         }
       }
     }

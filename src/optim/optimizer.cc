@@ -20,10 +20,7 @@ void Optimizer::update(float* p, const float* g, int64_t off, int64_t n, double 
   if (cfg_.type == "SGD") {
     be.sgd_step(p, g, m_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
                 static_cast<float>(cfg_.dampening), static_cast<float>(cfg_.weight_decay), cfg_.nesterov, steps_ == 1);
-    if (out.h)
-      be.round_to16(out.dt, p, out.h, out.f32, n);
-    else if (out.f32)
-      be.round_to(out.dt, p, out.f32, n);
+    be.round_copies(out.dt, p, out.f32, out.h, n);
   } else {
     be.adam_step_rounded(p, g, m_.f32() + off, v_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
                          static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
