@@ -1,11 +1,14 @@
 // Attention probe: the tensor-core flash-attention kernels on their own (16-bit qkv, output and gradients, as a
 // 16-bit training step runs them), timed with CUDA events at a GPT-2 shape, so kernel changes can be compared
 // in seconds against PyTorch's SDPA (bench/torch_sdpa.py, same shape) without a training run.
-// Prints one JSON line: forward and backward (row term + dK/dV + dQ) ms a call and TFLOP/s (causal FLOPs:
+// Prints a JSON line per forward tiling (with its largest difference from tiling 0, the one training uses) and
+// one for the backward (row term + dK/dV + dQ): ms a call and TFLOP/s (causal FLOPs:
 // 4·B·H·T²·D/2 forward, 2.5× that backward, as bench/torch_sdpa.py counts them).
 // Usage (device machine): zerorun_attn_probe [B H T]  (head size 64)
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -46,15 +49,38 @@ int main(int argc, char** argv) {
     fill_bf16(qkv, B * T * 3 * C, 1);
     fill_bf16(dout, B * T * C, 2);
     using namespace zerorun::kernels::flash;
-    const double fwd = event_ms([&] { tc_forward(true, qkv, nullptr, out, lse, B, T, C, H); });
+    const double fl = 4.0 * B * H * T * T * D / 2;
+    // Every forward tiling, checked against tiling 0's output and log-sum-exp.
+    std::vector<uint16_t> ref_o(B * T * C), o(B * T * C);
+    std::vector<float> ref_l(B * H * T), l(B * H * T);
+    for (int cfg = 0; cfg < tc_forward_configs(); ++cfg) {
+      const double ms = event_ms([&] { tc_forward(true, qkv, nullptr, out, lse, B, T, C, H, cfg); });
+      if (cudaDeviceSynchronize() != cudaSuccess) ZR_FAIL("forward tiling ", cfg, " failed");
+      cudaMemcpy(o.data(), out, o.size() * 2, cudaMemcpyDeviceToHost);
+      cudaMemcpy(l.data(), lse, l.size() * 4, cudaMemcpyDeviceToHost);
+      if (cfg == 0) ref_o = o, ref_l = l;
+      double d = 0;
+      auto f = [](uint16_t h) {
+        const uint32_t u = static_cast<uint32_t>(h) << 16;
+        float v;
+        std::memcpy(&v, &u, 4);
+        return v;
+      };
+      for (size_t i = 0; i < o.size(); ++i) d = std::max(d, (double)std::fabs(f(o[i]) - f(ref_o[i])));
+      for (size_t i = 0; i < l.size(); ++i) d = std::max(d, (double)std::fabs(l[i] - ref_l[i]));
+      std::printf(
+          "{\"probe\": \"zerorun tc attention fwd\", \"tiling\": %d, \"what\": \"%s\", \"ms\": %.4f, "
+          "\"tflops\": %.1f, \"max_diff_vs_0\": %.3g}\n",
+          cfg, tc_forward_config_name(cfg), ms, fl / ms / 1e9, d);
+    }
+    tc_forward(true, qkv, nullptr, out, lse, B, T, C, H, 0);
     const double bwd =
         event_ms([&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, B, T, C, H); });
     if (cudaDeviceSynchronize() != cudaSuccess) throw zerorun::Error("a kernel failed");
-    const double fl = 4.0 * B * H * T * T * D / 2;
     std::printf(
-        "{\"probe\": \"zerorun tc attention\", \"B\": %lld, \"H\": %lld, \"T\": %lld, \"D\": %lld, \"fwd_ms\": %.4f, "
-        "\"fwd_tflops\": %.1f, \"bwd_ms\": %.4f, \"bwd_tflops\": %.1f}\n",
-        (long long)B, (long long)H, (long long)T, (long long)D, fwd, fl / fwd / 1e9, bwd, 2.5 * fl / bwd / 1e9);
+        "{\"probe\": \"zerorun tc attention bwd\", \"B\": %lld, \"H\": %lld, \"T\": %lld, \"D\": %lld, "
+        "\"ms\": %.4f, \"tflops\": %.1f}\n",
+        (long long)B, (long long)H, (long long)T, (long long)D, bwd, 2.5 * fl / bwd / 1e9);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zerorun_attn_probe: %s\n", e.what());
     return 1;

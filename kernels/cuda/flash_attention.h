@@ -14,8 +14,11 @@ void backward(const float* qkv, const float* out, const float* lse, const float*
 // operands, fp32 accumulation; head size 64 only. qkv [B, T, 3C] in 16 bits;
 // the output in f32 (out) or 16 bits (out16, out null).
 bool tc_supported(int64_t head_size);
+// cfg: the forward's tiling (bench/attn_probe.cc sweeps 0 .. tc_forward_configs() - 1; training uses 0).
 void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int64_t B, int64_t T,
-                int64_t C, int64_t H);
+                int64_t C, int64_t H, int cfg = 0);
+int tc_forward_configs();
+const char* tc_forward_config_name(int cfg);
 // dout [B, T, C] in 16 bits; the forward's output in out or out16. The qkv gradient is added into
 // (acc) or written over dqkv, or (dqkv16 non-null, dqkv null) written in 16 bits. `delta`: B*H*T floats of scratch.
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,

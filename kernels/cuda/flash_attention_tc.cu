@@ -230,41 +230,54 @@ __global__ void k_delta(const O* out, const uint16_t* dout, float* delta, int B,
 }
 
 // ---- forward ------------------------------------------------------------------------
-// Each warp owns 32 query rows (two m16 tiles), so every K / V fragment read from shared memory feeds two
-// products, and keeps its Q fragments in registers; a block is 128 query rows against 64-key tiles.
-constexpr int QW = 32;                                          // query rows per warp
-constexpr int BQ = QW * kWarps;                                 // query rows per block
-constexpr size_t kFwdSmem = 2 * (size_t)(BQ * LD + 4 * kTile);  // Q + double-buffered K, V
-constexpr float kQk = kLog2e / 8.f;                             // scores -> log2 domain: log2(e) / sqrt(HS)
+// Templated on the tiling (a sweep for bench/attn_probe.cc): MT m16 tiles of query rows per warp (MT = 2: every
+// K / V fragment read from shared memory feeds two products), NW warps a block, KT keys a streamed tile. Each
+// warp keeps its Q fragments in registers. tc_forward uses kFwdCfg.
+constexpr int kFwdCfgs = 6;
+constexpr float kQk = kLog2e / 8.f;  // scores -> log2 domain: log2(e) / sqrt(HS)
 constexpr float kInvSqrtHs = 1.f / 8.f;
 
-// acc[mt] = Q_mt K^T for both m-tiles; K = 64 rows (shared, stride LD).
-template <bool BF>
-__device__ inline void mm_qk2(Acc (&acc)[2], const Frag (&qf)[2], const uint16_t* K, int lane) {
-  zero(acc[0]);
-  zero(acc[1]);
+template <int MT, int NW, int KT>
+struct FwdCfg {
+  static constexpr int BQ = 16 * MT * NW;                              // query rows a block
+  static constexpr size_t smem = 2 * (size_t)(BQ * LD + 4 * KT * LD);  // Q + double-buffered K, V
+  static constexpr int NT = KT / 8;                                    // n8 tiles of a score row
+};
+
+template <int NT>
+using AccN = float[NT][4];
+
+// acc[mt] = Q_mt K^T; K = NT * 8 rows (shared, stride LD).
+template <bool BF, int MT, int NT>
+__device__ inline void mm_qk(AccN<NT> (&acc)[MT], const Frag (&qf)[MT], const uint16_t* K, int lane) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int n = 0; n < NT; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.f;
 #pragma unroll
   for (int kc = 0; kc < HS / 16; ++kc)
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
       ldsm4(b, K + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kc * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < MT; ++mt) {
         mma<BF>(acc[mt][2 * np], qf[mt][kc], b[0], b[1]);
         mma<BF>(acc[mt][2 * np + 1], qf[mt][kc], b[2], b[3]);
       }
     }
 }
 
-// acc[mt] += P_mt V for both m-tiles (P in accumulator layout, rounded to 16 bits here).
-template <bool BF>
-__device__ inline void mm_pv2(Acc (&acc)[2], const Acc (&p)[2], const uint16_t* V, int lane) {
+// acc[mt] += P_mt V (P in accumulator layout, rounded to 16 bits here); V = NT * 8 rows.
+template <bool BF, int MT, int NT>
+__device__ inline void mm_pv(Acc (&acc)[MT], const AccN<NT> (&p)[MT], const uint16_t* V, int lane) {
 #pragma unroll
-  for (int kc = 0; kc < BR / 16; ++kc) {
-    uint32_t a[2][4];
+  for (int kc = 0; kc < NT / 2; ++kc) {
+    uint32_t a[MT][4];
 #pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
+    for (int mt = 0; mt < MT; ++mt) {
       a[mt][0] = pack2<BF>(p[mt][2 * kc][0], p[mt][2 * kc][1]);
       a[mt][1] = pack2<BF>(p[mt][2 * kc][2], p[mt][2 * kc][3]);
       a[mt][2] = pack2<BF>(p[mt][2 * kc + 1][0], p[mt][2 * kc + 1][1]);
@@ -275,7 +288,7 @@ __device__ inline void mm_pv2(Acc (&acc)[2], const Acc (&p)[2], const uint16_t* 
       uint32_t b[4];
       ldsm4_t(b, V + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + np * 16 + (lane >> 4) * 8);
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
+      for (int mt = 0; mt < MT; ++mt) {
         mma<BF>(acc[mt][2 * np], a[mt], b[0], b[1]);
         mma<BF>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
       }
@@ -283,13 +296,15 @@ __device__ inline void mm_pv2(Acc (&acc)[2], const Acc (&p)[2], const uint16_t* 
   }
 }
 
-template <bool BF>
-__global__ void __launch_bounds__(32 * kWarps)
+template <bool BF, int MT, int NW, int KT>
+__global__ void __launch_bounds__(32 * NW)
     k_fwd(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int T, int C, int H) {
+  using Cfg = FwdCfg<MT, NW, KT>;
+  constexpr int BQ = Cfg::BQ, NT = Cfg::NT, QW = 16 * MT;
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Qs = sm;            // [BQ][LD]
-  uint16_t* Ks = Qs + BQ * LD;  // [2][BR][LD]
-  uint16_t* Vs = Ks + 2 * kTile;
+  uint16_t* Ks = Qs + BQ * LD;  // [2][KT][LD]
+  uint16_t* Vs = Ks + 2 * KT * LD;
   const int nq = (T + BQ - 1) / BQ, qb = nq - 1 - blockIdx.x;  // the longest rows first
   const int b = blockIdx.z, h = blockIdx.y, q0 = qb * BQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
@@ -297,21 +312,26 @@ __global__ void __launch_bounds__(32 * kWarps)
   const int64_t ld = 3 * (int64_t)C;
   const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
   const uint16_t *kh = qh + C, *vh = qh + 2 * C;
-  const int nk = (min(T, q0 + BQ) + BR - 1) / BR;  // key tiles up to the block's last query
+  const int nk = (min(T, q0 + BQ) + KT - 1) / KT;  // key tiles up to the block's last query
   load_tile<BQ>(Qs, qh, ld, q0, T);
-  load_tile(Ks, kh, ld, 0, T);
-  load_tile(Vs, vh, ld, 0, T);
+  load_tile<KT>(Ks, kh, ld, 0, T);
+  load_tile<KT>(Vs, vh, ld, 0, T);
   cp_commit();
-  Frag qf[2];
-  Acc o[2], s[2];
-  zero(o[0]);
-  zero(o[1]);
-  float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, l[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+  Frag qf[MT];
+  Acc o[MT];
+  AccN<NT> s[MT];
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    zero(o[mt]);
+    m[mt][0] = m[mt][1] = -INFINITY;
+    l[mt][0] = l[mt][1] = 0.f;
+  }
   for (int j = 0; j < nk; ++j) {
     const int buf = j & 1;
     if (j + 1 < nk) {
-      load_tile(Ks + (buf ^ 1) * kTile, kh, ld, (j + 1) * BR, T);
-      load_tile(Vs + (buf ^ 1) * kTile, vh, ld, (j + 1) * BR, T);
+      load_tile<KT>(Ks + (buf ^ 1) * KT * LD, kh, ld, (j + 1) * KT, T);
+      load_tile<KT>(Vs + (buf ^ 1) * KT * LD, vh, ld, (j + 1) * KT, T);
       cp_commit();
       cp_wait<1>();
     } else {
@@ -320,15 +340,15 @@ __global__ void __launch_bounds__(32 * kWarps)
     __syncthreads();
     if (j == 0)
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) load_frag(qf[mt], Qs + (warp * QW + mt * 16) * LD, lane);
-    const int k0 = j * BR;
+      for (int mt = 0; mt < MT; ++mt) load_frag(qf[mt], Qs + (warp * QW + mt * 16) * LD, lane);
+    const int k0 = j * KT;
     if (k0 <= w0 + QW - 1) {  // else every key of the tile is after all of the warp's queries
-      mm_qk2<BF>(s, qf, Ks + buf * kTile, lane);
+      mm_qk<BF, MT, NT>(s, qf, Ks + buf * KT * LD, lane);
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt) {
-        if (k0 + BR - 1 > w0 + mt * 16)  // the tile reaches past this m-tile's first query: mask key > query
+      for (int mt = 0; mt < MT; ++mt) {
+        if (k0 + KT - 1 > w0 + mt * 16)  // the tile reaches past this m-tile's first query: mask key > query
 #pragma unroll
-          for (int n = 0; n < 8; ++n)
+          for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
               if (k0 + 8 * n + 2 * t4 + (e & 1) > w0 + mt * 16 + g + 8 * (e >> 1)) s[mt][n][e] = -INFINITY;
@@ -336,7 +356,7 @@ __global__ void __launch_bounds__(32 * kWarps)
         for (int r = 0; r < 2; ++r) {
           float mx = -INFINITY;
 #pragma unroll
-          for (int n = 0; n < 8; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
+          for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float mn = fmaxf(m[mt][r], mx * kQk);  // running max, log2 domain
@@ -344,22 +364,25 @@ __global__ void __launch_bounds__(32 * kWarps)
           m[mt][r] = mn;
           float sum = 0.f;
 #pragma unroll
-          for (int n = 0; n < 8; ++n) {
+          for (int n = 0; n < NT; ++n) {
             s[mt][n][2 * r] = exp2f(fmaf(s[mt][n][2 * r], kQk, -mn));
             s[mt][n][2 * r + 1] = exp2f(fmaf(s[mt][n][2 * r + 1], kQk, -mn));
             sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
+          }
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
             o[mt][n][2 * r] *= corr;
             o[mt][n][2 * r + 1] *= corr;
           }
           l[mt][r] = l[mt][r] * corr + sum;  // this lane's part of the row sum
         }
       }
-      mm_pv2<BF>(o, s, Vs + buf * kTile, lane);
+      mm_pv<BF, MT, NT>(o, s, Vs + buf * KT * LD, lane);
     }
     __syncthreads();  // the buffer is refilled in the next iteration
   }
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float lr = l[mt][r];
@@ -540,13 +563,35 @@ void opt_in_smem(K kernel, size_t bytes) {
   ZR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <bool BF>
-void fwd_e(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
-  static bool once = (opt_in_smem(k_fwd<BF>, kFwdSmem), true);
+template <bool BF, int MT, int NW, int KT>
+void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
+  using Cfg = FwdCfg<MT, NW, KT>;
+  static bool once = (opt_in_smem(k_fwd<BF, MT, NW, KT>, Cfg::smem), true);
   (void)once;
-  dim3 grid((T + BQ - 1) / BQ, H, B);
-  k_fwd<BF><<<grid, 32 * kWarps, kFwdSmem>>>(qkv, out, out16, lse, T, C, H);
+  dim3 grid((T + Cfg::BQ - 1) / Cfg::BQ, H, B);
+  k_fwd<BF, MT, NW, KT><<<grid, 32 * NW, Cfg::smem>>>(qkv, out, out16, lse, T, C, H);
   ZR_CUDA(cudaGetLastError());
+}
+
+// The forward tilings the probe sweeps: {MT, NW, KT}; 0 is the one training uses.
+template <bool BF>
+void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
+  switch (cfg) {
+    case 0:
+      return fwd_run<BF, 2, 4, 64>(qkv, out, out16, lse, B, T, C, H);
+    case 1:
+      return fwd_run<BF, 1, 4, 64>(qkv, out, out16, lse, B, T, C, H);
+    case 2:
+      return fwd_run<BF, 1, 8, 64>(qkv, out, out16, lse, B, T, C, H);
+    case 3:
+      return fwd_run<BF, 1, 4, 128>(qkv, out, out16, lse, B, T, C, H);
+    case 4:
+      return fwd_run<BF, 1, 8, 128>(qkv, out, out16, lse, B, T, C, H);
+    case 5:
+      return fwd_run<BF, 2, 8, 64>(qkv, out, out16, lse, B, T, C, H);
+    default:
+      ZR_FAIL("attention forward tiling ", cfg, " does not exist (0..", kFwdCfgs - 1, ")");
+  }
 }
 
 template <bool BF>
@@ -572,17 +617,24 @@ bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) %
 }  // namespace
 
 bool tc_supported(int64_t head_size) { return head_size == HS; }
+int tc_forward_configs() { return kFwdCfgs; }
+const char* tc_forward_config_name(int cfg) {
+  static const char* names[kFwdCfgs] = {"32 rows/warp, 4 warps, 64 keys",  "16 rows/warp, 4 warps, 64 keys",
+                                        "16 rows/warp, 8 warps, 64 keys",  "16 rows/warp, 4 warps, 128 keys",
+                                        "16 rows/warp, 8 warps, 128 keys", "32 rows/warp, 8 warps, 64 keys"};
+  return cfg >= 0 && cfg < kFwdCfgs ? names[cfg] : "?";
+}
 
 void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int64_t B, int64_t T,
-                int64_t C, int64_t H) {
+                int64_t C, int64_t H, int cfg) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
   ZR_CHECK(aligned(qkv, 16) && aligned(out ? (const void*)out : out16, 8),
            "tensor-core attention needs 16-byte aligned qkv and an 8-byte aligned output");
   if (B * T == 0) return;
   if (bf16)
-    fwd_e<true>(qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
+    fwd_e<true>(cfg, qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
   else
-    fwd_e<false>(qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
+    fwd_e<false>(cfg, qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
 }
 
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
