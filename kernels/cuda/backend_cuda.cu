@@ -574,10 +574,16 @@ template <class L>  // logits in f32 or 16 bits
 __global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_loss, float* lse, int64_t V, bool bf) {
   const L* l = logits + blockIdx.x * V;
   float m = -INFINITY, s = 0.f;
-  if (V % 4 == 0) {
+  if (V % 4 == 0) {  // four at a time: one rescale per four (not a branch per element), exp2 on log2e-scaled
+    constexpr float L2E = 1.4426950408889634f;
     for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
-      float4 x = ldv4(l, v, bf);
-      online_add(m, s, x.x), online_add(m, s, x.y), online_add(m, s, x.z), online_add(m, s, x.w);
+      const float4 x = ldv4(l, v, bf);
+      const float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+      if (mx > m) {
+        s *= exp2f((m - mx) * L2E);  // m = -inf on the first: s is 0 then
+        m = mx;
+      }
+      s += exp2f((x.x - m) * L2E) + exp2f((x.y - m) * L2E) + exp2f((x.z - m) * L2E) + exp2f((x.w - m) * L2E);
     }
   } else {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) online_add(m, s, ld1(l, v, bf));
