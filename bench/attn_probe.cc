@@ -22,18 +22,7 @@
 namespace {
 using zerorun::probe::dev_alloc;
 using zerorun::probe::event_ms;
-// Random bf16 values in [-2, 2) (as bits), so the softmax is not degenerate.
-void fill_bf16(void* d, size_t n, unsigned seed) {
-  std::vector<uint16_t> h(n);
-  for (size_t i = 0; i < n; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    const float v = ((seed >> 8) / 16777216.f) * 4.f - 2.f;
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    h[i] = static_cast<uint16_t>(u >> 16);
-  }
-  cudaMemcpy(d, h.data(), n * 2, cudaMemcpyHostToDevice);
-}
+using zerorun::probe::fill_bf16;
 }  // namespace
 
 int main(int argc, char** argv) {

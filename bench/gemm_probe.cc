@@ -1,10 +1,13 @@
 // GEMM probe: the linear layer's three cuBLASLt products at GPT-2 shapes
 // (M = 8192 tokens), timed with CUDA events, writing fp32 vs 16-bit outputs
 // and with the bias epilogue in fp32 or bf16 — what the fp32 activations cost
-// the products. Prints one JSON line per shape (TFLOP/s per variant).
+// the products. Prints one JSON line per shape (TFLOP/s per variant), then the fused epilogues the MLP can use
+// (bias gradient in the weight product, GELU + bias in fc's forward, GELU's gradient + fc's bias gradient in
+// fc_proj's input gradient): time against the plain product and the largest error against a host reference.
 // Usage (device machine): zerorun_gemm_probe [M]
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -27,6 +30,127 @@ double time_ms(const std::string& what, const std::function<void()>& f) {
     std::fprintf(stderr, "%s: %s\n", what.c_str(), e.what());
     return -1;
   }
+}
+using zerorun::kernels::Epilogue;
+using zerorun::probe::bf16_value;
+using zerorun::probe::fill_bf16;
+float gelu(float v) { return 0.5f * v * (1.f + std::tanh(0.7978845608f * (v + 0.044715f * v * v * v))); }
+float dgelu(float v) {
+  const float t = std::tanh(0.7978845608f * (v + 0.044715f * v * v * v));
+  return 0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * 0.7978845608f * (1.f + 3.f * 0.044715f * v * v);
+}
+std::vector<uint16_t> down16(const void* d, size_t n) {
+  std::vector<uint16_t> h(n);
+  cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost);
+  return h;
+}
+std::vector<float> down32(const void* d, size_t n) {
+  std::vector<float> h(n);
+  cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost);
+  return h;
+}
+double rel(double got, double want, double scale) { return std::fabs(got - want) / std::max(std::fabs(want), scale); }
+
+// The epilogues at fc's shapes (C = 768, 4C = 3072): ms per call for plain vs fused, and the largest relative error
+// of the fused results against host sums (a few sampled rows for the products).
+void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
+  const DType bf = DType::BF16;
+  const int64_t C = 768, F = 3072;
+  void* x = dev_alloc(M * C * 2);   // fc input [M, C]
+  void* w = dev_alloc(F * C * 2);   // fc weight [F, C]; fc_proj's weight is [C, F]
+  void* dy = dev_alloc(M * F * 2);  // a gradient [M, F] (fc's output) or [M, C] (fc_proj's)
+  void* y = dev_alloc(M * F * 2);
+  void* aux = dev_alloc(M * F * 2);
+  void* dw = dev_alloc(F * C * 4);
+  void* vec = dev_alloc(F * 4);
+  void* b16 = dev_alloc(F * 2);
+  const auto hx = fill_bf16(x, M * C, 11, 1.f), hw = fill_bf16(w, F * C, 12, 0.05f), hb = fill_bf16(b16, F, 13, 0.5f);
+  auto hdy = fill_bf16(dy, M * F, 14, 1.f);
+  const int64_t rows[] = {0, M / 2 + 3, M - 1};
+  // 1. Weight product dW[F, C] += dY^T X with db[F] = column sums of dY.
+  {
+    const double plain = zerorun::probe::event_ms(
+        [&] { lt.run(bf, true, false, F, C, M, dy, F, x, C, 1.f, dw, DType::F32, C, nullptr); });
+    Epilogue e{Epilogue::BiasGradA, vec, DType::F32};
+    double fused = -1, err = -1;
+    try {
+      fused = zerorun::probe::event_ms([&] { lt.run(bf, true, false, F, C, M, dy, F, x, C, 1.f, dw, DType::F32, C, e); });
+      const auto db = down32(vec, F);
+      err = 0;
+      for (int64_t j = 0; j < F; ++j) {
+        double s = 0;
+        for (int64_t m = 0; m < M; ++m) s += hdy[m * F + j];
+        err = std::max(err, rel(db[j], s, 1.0));
+      }
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "dw with bias gradient: %s\n", ex.what());
+    }
+    std::printf("{\"epilogue\": \"dw + bias grad (fc)\", \"plain_ms\": %.4f, \"fused_ms\": %.4f, \"max_rel_err\": %.3g}\n",
+                plain, fused, err);
+  }
+  // 2. fc forward: aux = X W^T + b, Y = gelu(aux), both bf16.
+  {
+    const double plain = zerorun::probe::event_ms(
+        [&] { lt.run(bf, false, true, M, F, C, x, C, w, C, 0.f, y, bf, F, b16, bf); });
+    Epilogue e{Epilogue::GeluAuxBias, b16, bf, aux, F};
+    double fused = -1, err = -1;
+    try {
+      fused = zerorun::probe::event_ms([&] { lt.run(bf, false, true, M, F, C, x, C, w, C, 0.f, y, bf, F, e); });
+      const auto hy = down16(y, M * F), ha = down16(aux, M * F);
+      err = 0;
+      for (int64_t r : rows)
+        for (int64_t j = 0; j < F; ++j) {
+          double s = hb[j];
+          for (int64_t k = 0; k < C; ++k) s += hx[r * C + k] * hw[j * C + k];
+          err = std::max(err, rel(bf16_value(ha[r * F + j]), s, 0.1));
+          err = std::max(err, rel(bf16_value(hy[r * F + j]), gelu(static_cast<float>(s)), 0.1));
+        }
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "fc forward with GELU: %s\n", ex.what());
+    }
+    std::printf("{\"epilogue\": \"fc fwd + gelu\", \"plain_ms\": %.4f, \"fused_ms\": %.4f, \"max_rel_err\": %.3g}\n",
+                plain, fused, err);
+  }
+  // 3. fc_proj input gradient: dH[M, F] = (dY[M, C] W2[C, F]) * gelu'(aux), db1[F] = column sums of dH.
+  {
+    const double plain = zerorun::probe::event_ms(
+        [&] { lt.run(bf, false, false, M, F, C, dy, C, w, F, 0.f, y, bf, F, nullptr, bf); });
+    hdy.resize(M * C);  // the first M*C values of dy serve as dY [M, C]; w viewed as W2 [C, F]
+    for (DType vdt : {DType::F32, bf}) {
+      Epilogue e{Epilogue::DGeluBiasGrad, vec, vdt, aux, F};
+      double fused = -1, err = -1;
+      try {
+        fused = zerorun::probe::event_ms([&] { lt.run(bf, false, false, M, F, C, dy, C, w, F, 0.f, y, bf, F, e); });
+        const auto hy = down16(y, M * F), ha = down16(aux, M * F);
+        err = 0;
+        for (int64_t r : rows)
+          for (int64_t j = 0; j < F; ++j) {
+            double s = 0;
+            for (int64_t k = 0; k < C; ++k) s += hdy[r * C + k] * hw[k * F + j];
+            err = std::max(err, rel(bf16_value(hy[r * F + j]), s * dgelu(bf16_value(ha[r * F + j])), 0.1));
+          }
+        std::vector<float> db(F);
+        if (vdt == DType::F32) {
+          db = down32(vec, F);
+        } else {
+          const auto d16 = down16(vec, F);
+          for (int64_t j = 0; j < F; ++j) db[j] = bf16_value(d16[j]);
+        }
+        for (int64_t j = 0; j < F; ++j) {
+          double s = 0;
+          for (int64_t m = 0; m < M; ++m) s += bf16_value(hy[m * F + j]);
+          err = std::max(err, rel(db[j], s, 1.0));
+        }
+      } catch (const std::exception& ex) {
+        std::fprintf(stderr, "fc_proj dx with GELU gradient (%s bias grad): %s\n", zerorun::dtype_name(vdt), ex.what());
+      }
+      std::printf(
+          "{\"epilogue\": \"fc_proj dx + dgelu + bias grad (%s)\", \"plain_ms\": %.4f, \"fused_ms\": %.4f, "
+          "\"max_rel_err\": %.3g}\n",
+          zerorun::dtype_name(vdt), plain, fused, err);
+    }
+  }
+  for (void* p : {x, w, dy, y, aux, dw, vec, b16}) cudaFree(p);
 }
 }  // namespace
 
@@ -78,5 +202,6 @@ int main(int argc, char** argv) {
         tf(dx16), tf(dwt));
     for (void* p : {x, w, dy, y32, y16, b32, b16, dw}) cudaFree(p);
   }
+  epilogues(lt, M);
   return 0;
 }

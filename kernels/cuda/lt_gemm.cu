@@ -1,6 +1,6 @@
 // See lt_gemm.h. Row-major C [M, N] is column-major C^T [N, M] = op(B)^T op(A)^T,
 // so cuBLASLt's A is our B and its B our A; the bias epilogue adds bias[row]
-// of the column-major result, i.e. bias[column] of ours.
+// of the column-major result, i.e. bias[column] of ours, and its BGRADB sums our op(A) over K.
 #include "cuda_check.h"
 #include "lt_gemm.h"
 #include "zerorun/cuda_rt.h"
@@ -34,13 +34,43 @@ LtGemm::~LtGemm() {
 
 namespace {
 cudaDataType_t cuda_type(DType d) { return d == DType::BF16 ? CUDA_R_16BF : d == DType::F16 ? CUDA_R_16F : CUDA_R_32F; }
+
+// The cuBLASLt epilogue for ours: its matrix D is our C transposed, so our columns are its rows, our op(A) its B.
+cublasLtEpilogue_t lt_epilogue(Epilogue::Kind k) {
+  switch (k) {
+    case Epilogue::Bias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case Epilogue::BiasGradA:
+      return CUBLASLT_EPILOGUE_BGRADB;
+    case Epilogue::GeluAuxBias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::DGeluBiasGrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    default:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+const char* epilogue_name(Epilogue::Kind k) {
+  switch (k) {
+    case Epilogue::Bias:
+      return " with a bias epilogue";
+    case Epilogue::BiasGradA:
+      return " with a bias-gradient epilogue";
+    case Epilogue::GeluAuxBias:
+      return " with a GELU + bias epilogue";
+    case Epilogue::DGeluBiasGrad:
+      return " with a GELU-gradient + bias-gradient epilogue";
+    default:
+      return "";
+  }
+}
 }  // namespace
 
 LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                           float beta, DType cdt, int64_t ldc, bool bias, DType bdt) {
-  const std::array<int64_t, 13> key = {
-      static_cast<int64_t>(dt), ta, tb, M, N, K, lda, ldb, ldc, beta != 0.f, bias, static_cast<int64_t>(cdt),
-      static_cast<int64_t>(bdt)};
+                           float beta, DType cdt, int64_t ldc, const Epilogue& e) {
+  const std::array<int64_t, 14> key = {static_cast<int64_t>(dt),  ta, tb, M, N, K, lda, ldb, ldc, beta != 0.f,
+                                       static_cast<int64_t>(e.kind), static_cast<int64_t>(cdt),
+                                       static_cast<int64_t>(e.vdt), e.ldaux};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
@@ -49,11 +79,17 @@ LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int
   const cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
   ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
-  if (bias) {
-    const cublasLtEpilogue_t e = CUBLASLT_EPILOGUE_BIAS;
-    ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &e, sizeof e));
-    const cudaDataType_t bt = cuda_type(bdt);  // the pointer itself is set per run
+  if (e.kind != Epilogue::None) {  // the pointers themselves are set per run
+    const cublasLtEpilogue_t ep = lt_epilogue(e.kind);
+    ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    const cudaDataType_t bt = cuda_type(e.vdt);
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    if (e.kind == Epilogue::GeluAuxBias || e.kind == Epilogue::DGeluBiasGrad) {
+      const int32_t at = cuda_type(cdt);
+      ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at));
+      ZR_CUBLAS(
+          cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.ldaux, sizeof e.ldaux));
+    }
   }
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   // Column-major views: our B [K, N] (or [N, K] when tb) is cuBLASLt's A, our A its B.
@@ -68,22 +104,30 @@ LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int
                                                  sizeof workspace_bytes_));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  ZR_CUBLAS(cublasLtMatmulAlgoGetHeuristic(h_, p->op, p->a, p->b, p->c, p->c, pref, 1, &heur, &found));
-  ZR_CHECK(found > 0, "cuBLASLt has no algorithm for a ", M, "x", K, " by ", K, "x", N, " product into ",
-           dtype_name(cdt), bias ? " with a bias epilogue" : "");
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h_, p->op, p->a, p->b, p->c, p->c, pref, 1, &heur, &found);
+  ZR_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuBLASLt has no algorithm for a ", M, "x", K, " by ", K, "x",
+           N, " product into ", dtype_name(cdt), epilogue_name(e.kind), " (", dtype_name(e.vdt), " vector)");
   p->algo = heur.algo;
   return *plans_.emplace(key, std::move(p)).first->second;
 }
 
 void LtGemm::run(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
-                 int64_t ldb, float beta, void* C, DType cdt, int64_t ldc, const void* bias, DType bdt) {
+                 int64_t ldb, float beta, void* C, DType cdt, int64_t ldc, const Epilogue& e) {
   ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "LtGemm takes bf16 or f16 operands");
   ZR_CHECK(cdt == DType::F32 || cdt == dt, "LtGemm writes f32 or the operands' type");
-  ZR_CHECK(bdt == DType::F32 || bdt == dt, "LtGemm's bias is f32 or the operands' type");
-  ZR_CHECK(!bias || beta == 0.f, "LtGemm: the bias epilogue needs beta = 0");
+  ZR_CHECK(e.vdt == DType::F32 || e.vdt == dt, "LtGemm's bias vector is f32 or the operands' type");
+  ZR_CHECK(e.kind == Epilogue::None || e.vec, "LtGemm: the epilogue needs its vector");
+  ZR_CHECK(e.kind == Epilogue::None || e.kind == Epilogue::BiasGradA || beta == 0.f,
+           "LtGemm: this epilogue needs beta = 0");
+  const bool gelu = e.kind == Epilogue::GeluAuxBias || e.kind == Epilogue::DGeluBiasGrad;
+  ZR_CHECK(!gelu || (e.aux && cdt == dt && e.ldaux >= N && e.ldaux % 8 == 0),
+           "LtGemm: the GELU epilogues need a 16-bit output and a kept input with a row stride >= N, divisible by 8");
   if (M == 0 || N == 0) return;
-  Plan& p = plan(dt, ta, tb, M, N, K, lda, ldb, beta, cdt, ldc, bias != nullptr, bdt);
-  if (bias) ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+  Plan& p = plan(dt, ta, tb, M, N, K, lda, ldb, beta, cdt, ldc, e);
+  if (e.kind != Epilogue::None)
+    ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.vec, sizeof e.vec));
+  if (gelu)
+    ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
   const float alpha = 1.f;
   ZR_CUBLAS(cublasLtMatmul(h_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace_,
                            workspace_bytes_, 0));
