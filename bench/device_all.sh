@@ -6,14 +6,15 @@
 # benchmark against PyTorch, and GPT-2 1.5B with ZeRO-3 + CPU offload; with
 # 2+ GPUs also tests/run_multi_gpu.sh. Logs go to OUT_DIR.
 # Usage (device machine, after tests/make_device_bundle.sh, carry .devbuild):
-#   bash bench/device_all.sh "$OUT"        (about 8 minutes)
+#   bash bench/device_all.sh "$OUT"        (about 8 minutes; PARTS="gpu_tests attention" runs only those)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTD=${1:-${OUT:-/tmp}}
 source tests/device_env.sh
 ZR=.devbuild/bin/zerorun
-part() {  # name seconds cmd...
+part() {  # name seconds cmd...   (PARTS="a b": only those parts)
   local name=$1 t=$2; shift 2
+  [[ -n "${PARTS:-}" && " $PARTS " != *" $name "* ]] && return 0
   echo "=== $name"
   timeout "$t" "$@" >"$OUTD/$name.log" 2>&1
   local rc=$?
