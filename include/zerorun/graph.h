@@ -49,6 +49,10 @@ struct NodeCtx {
   std::vector<Tensor> din, dout;
   std::vector<bool> din_acc;  // per input; missing entries mean "accumulate"
   std::vector<bool> out16;    // forward: outputs the executor asks for in 16-bit storage (see Op::emits16)
+  // GELU fused into a linear by the executor (Op::fuses_gelu, where the backend has it): forward: also emit
+  // gelu(output) as out[1]; backward: the input is gelu(dgelu_input), and din[0] is that value's gradient.
+  bool fuse_gelu = false;
+  Tensor dgelu_input;
   std::map<std::string, Tensor> dparams;
   const Tensor& param(const std::string& role) const;
   Tensor dparam(const std::string& role) const;  // undefined if no grad wanted
@@ -77,6 +81,8 @@ class Op {
   virtual bool takes_dout16(size_t /*output*/) const { return false; }
   // True for ops whose output is the scalar loss.
   virtual bool is_loss() const { return false; }
+  // Whether the op honours NodeCtx::fuse_gelu and dgelu_input (linear).
+  virtual bool fuses_gelu() const { return false; }
 };
 
 const Op& op_lookup(const std::string& name);  // throws with the list of known ops
@@ -122,6 +128,11 @@ class Executor {
   // Whether a node output is asked for in 16-bit storage (where the backend has it: CUDA 16-bit runs):
   // its producer emits16 and every consumer takes16. Throws for a name that is no node's output.
   bool stores16(const std::string& value) const;
+  // The GELU fusions this graph allows (used where the backend fuses_gelu, unless ZERORUN_FUSE=0): GELU
+  // nodes computed in their producing linear's forward, and those whose backward the consuming linear's input
+  // gradient does (both with 16-bit values inside one block).
+  int gelu_forward_fusions() const;
+  int gelu_backward_fusions() const;
   // Forward over named inputs; returns the loss.
   double forward(const std::map<std::string, Tensor>& inputs);
   // The same, returning the loss as the (device) scalar tensor: reading it is left to the caller, so a GPU run
@@ -138,6 +149,8 @@ class Executor {
 
  private:
   void run_node_forward(size_t i);
+  void plan_gelu_fusions();
+  static bool is16(const Tensor& t) { return t.defined() && t.dtype() != DType::F32 && t.dtype() != DType::I32; }
   const Graph& g_;
   std::map<std::string, Tensor> params_, grads_, params16_;
   std::map<std::string, size_t> value_id_;
@@ -153,6 +166,11 @@ class Executor {
   std::vector<std::pair<int, size_t>> producer_;
   bool store16(size_t node, size_t out) const;  // forward output kept in 16 bits (Op::emits16)
   std::vector<std::vector<bool>> out16_;        // store16 per node output, fixed by the graph
+  // Per node: the GELU node a linear computes in its forward (fwd) / whose backward its input gradient does
+  // (bwd), or -1; per GELU node: whether this forward already produced its output.
+  std::vector<int> gelu_fwd_, gelu_bwd_;
+  std::vector<bool> gelu_done_;
+  bool fuse_ = true;
   size_t loss_id_ = 0;
   bool have_forward_ = false;
 };

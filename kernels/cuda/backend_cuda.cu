@@ -796,30 +796,39 @@ class CudaBackend : public Backend {
     gemm16(ta, tb, M, N, K, alpha, a.p, lda, sA, b.p, ldb, sB, beta, C, ldc, sC, batch);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16) override {
+                  uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16, uint16_t* gelu16) override {
     if (N == 0 || out == 0) return;
     if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue; x rounded into x16 when the caller keeps it
       Half xh = x16 ? Half() : to16(x, N * in), wh = w16 ? Half() : to16(w, out * in);
       if (x16 && x) round16(x, x16, N * in);    // x null: x16 already holds the 16-bit input
       if (w16 && w) round16(w, w16, out * in);  // w null: so does w16 the weight
       profile::Scope ps(".. cublasLt linear fwd");
+      const void *xp = x16 ? x16 : xh.p, *wp = w16 ? w16 : wh.p;
       if (y16) {  // 16-bit output: cuBLASLt's bias epilogue then takes a 16-bit bias
         Half bh = b && !b16 ? to16(b, out) : Half();
-        lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y16, mm_, out,
-                 b16 ? b16 : bh.p, mm_);
+        const void* bp = b16 ? b16 : bh.p;
+        if (gelu16) {  // y16 keeps GELU's input, gelu16 gets its output
+          Epilogue e{bp ? Epilogue::GeluAuxBias : Epilogue::GeluAux, const_cast<void*>(bp), mm_, y16, out};
+          lt().run(mm_, false, true, N, out, in, xp, in, wp, in, 0.f, gelu16, mm_, out, e);
+        } else {
+          lt().run(mm_, false, true, N, out, in, xp, in, wp, in, 0.f, y16, mm_, out, bp, mm_);
+        }
       } else {
-        lt().run(mm_, false, true, N, out, in, x16 ? x16 : xh.p, in, w16 ? w16 : wh.p, in, 0.f, y, out, b);
+        ZR_CHECK(!gelu16, "linear_fwd: the fused GELU needs a 16-bit output");
+        lt().run(mm_, false, true, N, out, in, xp, in, wp, in, 0.f, y, out, b);
       }
       return;
     }
-    ZR_CHECK(x && w && y && !y16, "16-bit linear storage needs a 16-bit matmul dtype");
+    ZR_CHECK(x && w && y && !y16 && !gelu16, "16-bit linear storage needs a 16-bit matmul dtype");
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
-                  int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16) override {
+                  int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16,
+                  const uint16_t* dgelu16) override {
     const float dx_beta = dx.acc ? 1.f : 0.f;
     ZR_CHECK(!dx.h || mm_ != DType::F32, "16-bit input gradients need a 16-bit matmul dtype");
+    ZR_CHECK(!dgelu16 || (dx.h && mm_ != DType::F32), "linear_bwd: the fused GELU gradient needs a 16-bit dx");
     if (mm_ == DType::F32) {
       if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_beta, dx.p);
       if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
@@ -840,7 +849,10 @@ class CudaBackend : public Backend {
       if (dx) {
         Half wh = w16 ? Half() : to16(w, out * in);
         profile::Scope ps(".. cublasLt linear dx");
-        if (dx.h)  // 16-bit gradient: written, never accumulated
+        if (dgelu16)  // the gradient of GELU's input: (dy w) * gelu'(dgelu16) in the epilogue
+          lt().run(mm_, false, false, N, in, out, dy16, out, w16 ? w16 : wh.p, in, 0.f, dx.h, mm_, in,
+                   Epilogue{Epilogue::DGelu, nullptr, mm_, const_cast<uint16_t*>(dgelu16), in});
+        else if (dx.h)  // 16-bit gradient: written, never accumulated
           lt().run(mm_, false, false, N, in, out, dy16, out, w16 ? w16 : wh.p, in, 0.f, dx.h, mm_, in, nullptr);
         else
           lt().run(mm_, false, false, N, in, out, dy16, out, w16 ? w16 : wh.p, in, dx_beta, dx.p, in, nullptr);
@@ -858,6 +870,7 @@ class CudaBackend : public Backend {
   }
   DType matmul_dtype() const override { return mm_; }
   bool activations16() const override { return mm_ != DType::F32; }
+  bool fuses_gelu() const override { return mm_ != DType::F32; }
   bool attention16(int64_t hs) const override { return tensor_core_attention(hs); }
   void act_fwd16(Act act, const float* x, const uint16_t* x16, float* y, uint16_t* y16, int64_t n) override {
     const bool bf = mm_ == DType::BF16;

@@ -42,8 +42,12 @@ cublasLtEpilogue_t lt_epilogue(Epilogue::Kind k) {
       return CUBLASLT_EPILOGUE_BIAS;
     case Epilogue::BiasGradA:
       return CUBLASLT_EPILOGUE_BGRADB;
+    case Epilogue::GeluAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
     case Epilogue::GeluAuxBias:
       return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case Epilogue::DGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
     case Epilogue::DGeluBiasGrad:
       return CUBLASLT_EPILOGUE_DGELU_BGRAD;
     default:
@@ -56,14 +60,20 @@ const char* epilogue_name(Epilogue::Kind k) {
       return " with a bias epilogue";
     case Epilogue::BiasGradA:
       return " with a bias-gradient epilogue";
+    case Epilogue::GeluAux:
+      return " with a GELU epilogue";
     case Epilogue::GeluAuxBias:
       return " with a GELU + bias epilogue";
+    case Epilogue::DGelu:
+      return " with a GELU-gradient epilogue";
     case Epilogue::DGeluBiasGrad:
       return " with a GELU-gradient + bias-gradient epilogue";
     default:
       return "";
   }
 }
+bool has_vec(Epilogue::Kind k) { return k == Epilogue::Bias || k == Epilogue::BiasGradA || k == Epilogue::GeluAuxBias || k == Epilogue::DGeluBiasGrad; }
+bool has_aux(Epilogue::Kind k) { return k == Epilogue::GeluAux || k == Epilogue::GeluAuxBias || k == Epilogue::DGelu || k == Epilogue::DGeluBiasGrad; }
 }  // namespace
 
 LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
@@ -82,9 +92,11 @@ LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int
   if (e.kind != Epilogue::None) {  // the pointers themselves are set per run
     const cublasLtEpilogue_t ep = lt_epilogue(e.kind);
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-    const cudaDataType_t bt = cuda_type(e.vdt);
-    ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
-    if (e.kind == Epilogue::GeluAuxBias || e.kind == Epilogue::DGeluBiasGrad) {
+    if (has_vec(e.kind)) {
+      const cudaDataType_t bt = cuda_type(e.vdt);
+      ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
+    }
+    if (has_aux(e.kind)) {
       const int32_t at = cuda_type(cdt);
       ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at));
       ZR_CUBLAS(
@@ -116,15 +128,15 @@ void LtGemm::run(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
   ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "LtGemm takes bf16 or f16 operands");
   ZR_CHECK(cdt == DType::F32 || cdt == dt, "LtGemm writes f32 or the operands' type");
   ZR_CHECK(e.vdt == DType::F32 || e.vdt == dt, "LtGemm's bias vector is f32 or the operands' type");
-  ZR_CHECK(e.kind == Epilogue::None || e.vec, "LtGemm: the epilogue needs its vector");
+  ZR_CHECK(!has_vec(e.kind) || e.vec, "LtGemm: the epilogue needs its vector");
   ZR_CHECK(e.kind == Epilogue::None || e.kind == Epilogue::BiasGradA || beta == 0.f,
            "LtGemm: this epilogue needs beta = 0");
-  const bool gelu = e.kind == Epilogue::GeluAuxBias || e.kind == Epilogue::DGeluBiasGrad;
+  const bool gelu = has_aux(e.kind);
   ZR_CHECK(!gelu || (e.aux && cdt == dt && e.ldaux >= N && e.ldaux % 8 == 0),
            "LtGemm: the GELU epilogues need a 16-bit output and a kept input with a row stride >= N, divisible by 8");
   if (M == 0 || N == 0) return;
   Plan& p = plan(dt, ta, tb, M, N, K, lda, ldb, beta, cdt, ldc, e);
-  if (e.kind != Epilogue::None)
+  if (has_vec(e.kind))
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.vec, sizeof e.vec));
   if (gelu)
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));

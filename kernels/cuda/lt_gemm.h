@@ -23,7 +23,9 @@ struct Epilogue {
     None,
     Bias,          // C = AB + bias[N] (bias read, `vec`)
     BiasGradA,     // C = AB (+ beta C); vec[M] = sum over K of op(A) (written; the bias gradient of a weight product)
+    GeluAux,       // aux = AB; C = gelu_tanh(aux)  (beta = 0)
     GeluAuxBias,   // aux = AB + bias[N]; C = gelu_tanh(aux)  (beta = 0)
+    DGelu,         // C = AB * gelu_tanh'(aux)  (beta = 0)
     DGeluBiasGrad  // C = AB * gelu_tanh'(aux); vec[N] = column sums of C  (beta = 0)
   };
   Kind kind = None;

@@ -2,6 +2,8 @@
 // gradient accumulation, block hooks, and activation checkpointing
 // (a checkpointed block drops what it saved and recomputes in backward).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "kernels/backend.h"
@@ -48,6 +50,36 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
   out16_.resize(node_out_.size());
   for (size_t i = 0; i < node_out_.size(); ++i)
     for (size_t k = 0; k < node_out_[i].size(); ++k) out16_[i].push_back(store16(i, k));
+  plan_gelu_fusions();
+}
+
+// A GELU whose input comes only from a linear (fused into that product's epilogue) and whose output goes only
+// to a linear (whose input gradient then applies GELU's derivative too), values 16-bit, all in one block.
+void Executor::plan_gelu_fusions() {
+  const char* env = std::getenv("ZERORUN_FUSE");
+  fuse_ = !(env && std::strcmp(env, "0") == 0);
+  gelu_fwd_.assign(g_.nodes.size(), -1);
+  gelu_bwd_.assign(g_.nodes.size(), -1);
+  gelu_done_.assign(g_.nodes.size(), false);
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    if (g_.nodes[i].op != "gelu") continue;
+    const size_t v = node_in_[i][0], out = node_out_[i][0];
+    const auto [p, po] = producer_[v];
+    if (p < 0 || po != 0 || !ops_[p]->fuses_gelu() || uses_[v].size() != 1 || node_block_[p] != node_block_[i] ||
+        !out16_[p][0] || !out16_[i][0])
+      continue;
+    gelu_fwd_[p] = static_cast<int>(i);
+    if (uses_[out].size() != 1) continue;
+    const auto [q, k] = uses_[out][0];
+    if (k == 0 && ops_[q]->fuses_gelu() && node_block_[q] == node_block_[i]) gelu_bwd_[q] = static_cast<int>(i);
+  }
+}
+
+int Executor::gelu_forward_fusions() const {
+  return static_cast<int>(std::count_if(gelu_fwd_.begin(), gelu_fwd_.end(), [](int i) { return i >= 0; }));
+}
+int Executor::gelu_backward_fusions() const {
+  return static_cast<int>(std::count_if(gelu_bwd_.begin(), gelu_bwd_.end(), [](int i) { return i >= 0; }));
 }
 
 bool Executor::store16(size_t i, size_t out) const {
@@ -67,10 +99,18 @@ bool Executor::stores16(const std::string& value) const {
 
 void Executor::run_node_forward(size_t i) {
   const Node& n = g_.nodes[i];
+  if (gelu_done_[i]) {  // its producer's epilogue wrote the output
+    gelu_done_[i] = false;
+    saved_[i].clear();
+    return;
+  }
   NodeCtx c;
   c.node = &n;
   for (auto v : node_in_[i]) c.in.push_back(values_[v]);
   c.out16 = out16_[i];
+  const int gl = gelu_fwd_[i];
+  c.fuse_gelu = fuse_ && gl >= 0 && kernels::backend(c.in.at(0).device()).fuses_gelu() &&
+                kernels::backend(c.in.at(0).device()).activations16();
   for (auto& [role, name] : n.params) {
     auto it = params_.find(name);
     ZR_CHECK(it != params_.end() && it->second.defined(), "parameter '", name, "' is not materialised");
@@ -84,6 +124,12 @@ void Executor::run_node_forward(size_t i) {
     profile::Scope ps("fwd", n.op);
     ops_[i]->forward(c);
   }
+  if (c.fuse_gelu) {
+    ZR_CHECK(c.out.size() == 2, "op ", n.op, " did not produce the fused GELU output");
+    values_[node_out_[static_cast<size_t>(gl)][0]] = c.out[1];
+    c.out.pop_back();
+    gelu_done_[static_cast<size_t>(gl)] = true;
+  }
   ZR_CHECK(c.out.size() == node_out_[i].size(), "op ", n.op, " produced the wrong number of outputs");
   for (size_t k = 0; k < c.out.size(); ++k) values_[node_out_[i][k]] = c.out[k];
 }
@@ -94,6 +140,7 @@ double Executor::forward(const std::map<std::string, Tensor>& inputs) {
 }
 
 Tensor Executor::forward_async(const std::map<std::string, Tensor>& inputs) {
+  std::fill(gelu_done_.begin(), gelu_done_.end(), false);
   for (auto& in : g_.inputs) {
     auto it = inputs.find(in.name);
     ZR_CHECK(it != inputs.end(), "forward: graph input '", in.name, "' was not given");
@@ -146,14 +193,24 @@ void Executor::backward(float loss_grad) {
           c.dout[k] = Tensor::zeros(c.out[k].shape(), DType::F32, MemCategory::Activations, c.out[k].device());
       for (auto v : node_in_[i]) c.in.push_back(values_[v]);
       const bool be16 = kernels::backend(dev).activations16();
+      // GELU's backward done by this linear's input gradient: its input's gradient is written here, so the
+      // GELU node (whose output gradient is then never made) is skipped.
+      const int gl = gelu_bwd_[i];
+      size_t gelu_in = 0;
+      bool dgelu = false;
+      if (fuse_ && gl >= 0 && be16 && kernels::backend(dev).fuses_gelu()) {
+        gelu_in = node_in_[static_cast<size_t>(gl)][0];
+        dgelu = is16(values_[gelu_in]) && is16(values_[node_in_[i][0]]) && !value_grads_[gelu_in].defined() &&
+                !value_grads_[node_in_[i][0]].defined();
+      }
       for (size_t k = 0; k < node_in_[i].size(); ++k) {
-        const size_t v = node_in_[i][k];
+        const size_t v = dgelu && k == 0 ? gelu_in : node_in_[i][k];
         Tensor& gv = value_grads_[v];
         bool acc = true;
         if (!gv.defined() && values_[v].dtype() != DType::I32) {
           // The first gradient written into a value needs no zero-fill when the op overwrites it, unless
           // the value is this node's input twice (both writes would then have to be ordered).
-          const bool twice = std::count(node_in_[i].begin(), node_in_[i].end(), v) > 1;
+          const bool twice = std::count(node_in_[i].begin(), node_in_[i].end(), node_in_[i][k]) > 1;
           acc = twice || !ops_[i]->writes_grad(k);
           // A value with this one use gets a 16-bit gradient where this op can write and its producer read one.
           const auto [pn, po] = producer_[v];
@@ -165,6 +222,10 @@ void Executor::backward(float loss_grad) {
         }
         c.din.push_back(gv);
         c.din_acc.push_back(acc);
+      }
+      if (dgelu) {
+        ZR_CHECK(!c.din_acc[0] && is16(c.din[0]), "fused GELU gradient: expected a fresh 16-bit gradient");
+        c.dgelu_input = values_[gelu_in];
       }
       for (auto& [role, name] : n.params) {
         c.params[role] = params_[name];

@@ -136,7 +136,8 @@ TEST_CASE("zerorun estimate's model-state bytes are what the engine allocates", 
   CHECK_THROWS_WITH(zero::estimate_model_states(1, 4, 1, false, false, false, false), Catch::Contains("stage"));
 }
 
-TEST_CASE("16-bit storage plan: what feeds only 16-bit readers is stored in 16 bits, the residual stream is not",
+TEST_CASE("16-bit storage plan: what feeds only 16-bit readers is stored in 16 bits, the residual stream is not; "
+          "GELU fuses into the linears on both sides",
           "[train]") {
   Model g = tiny_gpt();
   std::map<std::string, Tensor> none;
@@ -155,4 +156,9 @@ TEST_CASE("16-bit storage plan: what feeds only 16-bit readers is stored in 16 b
   CHECK(el.stores16("layers.0.self_attn.out"));
   CHECK_FALSE(el.stores16("layers.0.mlp.act"));  // silu's output feeds the gate product (mul): f32
   CHECK_FALSE(el.stores16("layers.0.mlp.up_proj"));
+  // GELU fusions: every block's c_fc -> gelu -> c_proj (two blocks); Llama's SiLU feeds a product, not a linear.
+  CHECK(ex.gelu_forward_fusions() == 2);
+  CHECK(ex.gelu_backward_fusions() == 2);
+  CHECK(el.gelu_forward_fusions() == 0);
+  CHECK(el.gelu_backward_fusions() == 0);
 }

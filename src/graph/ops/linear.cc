@@ -26,7 +26,9 @@ class Linear : public Op {
     Shape os = x.shape();
     os.back() = w.dim(0);
     const bool out16 = want16(c, 0);  // every consumer reads 16-bit storage
+    ZR_CHECK(!c.fuse_gelu || out16, "linear: a fused GELU needs 16-bit storage");
     Tensor y = out16 ? new_out16(c, os) : new_out(os, device_of(c));
+    Tensor g = c.fuse_gelu ? new_out16(c, os) : Tensor();
     const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
     // 16-bit products: input and weight are rounded once here, the rounded copies (half the bytes) kept
     // for dW and dX. A 16-bit stored input is used as it is (and read again in backward from the inputs), so is
@@ -47,11 +49,13 @@ class Linear : public Op {
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<uint16_t*>(t.raw()) : nullptr; };
     be(c).linear_fwd(in16 ? nullptr : x.f32(), w_kept ? nullptr : w.f32(), b, out16 ? nullptr : y.f32(),
                      rows_of(x.shape()), w.dim(1), w.dim(0), in16 ? static_cast<uint16_t*>(x.raw()) : bits(x16),
-                     bits(w16), out16 ? static_cast<uint16_t*>(y.raw()) : nullptr, bits(b16));
+                     bits(w16), out16 ? static_cast<uint16_t*>(y.raw()) : nullptr, bits(b16), bits(g));
     c.out = {y};
+    if (g.defined()) c.out.push_back(g);
     *c.saved = {x16, w16};
   }
   bool writes_grad(size_t) const override { return true; }
+  bool fuses_gelu() const override { return true; }
   bool takes16(size_t) const override { return true; }
   bool emits16(size_t) const override { return true; }
   bool takes_dout16(size_t) const override { return true; }
@@ -65,7 +69,8 @@ class Linear : public Op {
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<const uint16_t*>(t.raw()) : nullptr; };
     be(c).linear_bwd(in16 ? nullptr : x.f32(), w.f32(), dy16 ? nullptr : c.dout[0].f32(), grad_of(c, 0),
                      dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()), w.dim(1),
-                     w.dim(0), bits(x16), bits(w16), dy16 ? bits16(c.dout[0]) : nullptr);
+                     w.dim(0), bits(x16), bits(w16), dy16 ? bits16(c.dout[0]) : nullptr,
+                     c.dgelu_input.defined() ? bits16(c.dgelu_input) : nullptr);
   }
 };
 }  // namespace
