@@ -5,6 +5,7 @@
 // kernels/cpu/cpu_kernels.h: raw pointers + sizes; backward accumulates.
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "zerorun/dtype.h"
@@ -83,7 +84,7 @@ class Backend {
   // Its backward with x and dy each f32 or 16-bit.
   virtual void act_bwd16(Act, Src, Src, Grad, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
   // Cross-entropy over 16-bit logits (same contract as cross_entropy_fwd / _bwd).
-  virtual double cross_entropy_fwd16(const uint16_t*, const int32_t*, float*, int64_t, int64_t) {
+  virtual void cross_entropy_fwd16(const uint16_t*, const int32_t*, float*, int64_t, int64_t, float*) {
     ZR_FAIL("16-bit activations are CUDA-only");
   }
   virtual void cross_entropy_bwd16(const uint16_t*, const int32_t*, const float*, const float*, Grad, int64_t,
@@ -128,12 +129,19 @@ class Backend {
   }
   // Returns false if any id is outside [0, V) (nothing is written then).
   virtual bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) = 0;
-  virtual void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) = 0;
+  // Throws `message` if any id is outside [0, V): here, or (CUDA, no wait for the device) at the next get_scalar.
+  // Embedding and cross-entropy kernels read nothing outside their tables for such ids in the meantime.
+  virtual void check_ids_deferred(const int32_t* ids, int64_t n, int64_t V, const std::string& message) {
+    ZR_CHECK(ids_in_range(ids, n, V), message);
+  }
+  virtual void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C, int64_t V) = 0;
   virtual void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) = 0;
   virtual void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) = 0;
   virtual void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) = 0;
-  // Mean cross-entropy; writes each row's log-sum-exp to lse[N] for the backward.
-  virtual double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) = 0;
+  // Mean cross-entropy into *loss (a scalar on the backend's device); each row's log-sum-exp to lse[N] for the
+  // backward.
+  virtual void cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
+                                 float* loss) = 0;
   // dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
   virtual void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                                  Grad dlogits, int64_t N, int64_t V) = 0;

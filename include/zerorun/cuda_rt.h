@@ -16,6 +16,8 @@ void device_free(void* p, size_t bytes, int device);
 void device_memset0(void* p, size_t bytes);
 void device_fill_ff(void* p, size_t bytes);           // every byte 0xFF (NaN in f32/bf16/f16): poisoned memory
 void copy(void* dst, const void* src, size_t bytes);  // any direction, synchronous
+// Host to device without waiting for the device: src is copied into a pinned staging buffer, then queued.
+void upload(void* dst, const void* src, size_t bytes);
 void synchronize();
 size_t cached_bytes();  // held by the allocator but not in use
 

@@ -89,7 +89,7 @@ class CpuBackend : public Backend {
       if (ids[i] < 0 || ids[i] >= V) return false;
     return true;
   }
-  void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) override {
+  void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C, int64_t) override {
     cpu::embedding_fwd(ids, table, out, N, C);
   }
   void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) override {
@@ -101,8 +101,9 @@ class CpuBackend : public Backend {
   void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) override {
     cpu::pos_embedding_bwd(dout, dtable, B, T, C);
   }
-  double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) override {
-    return cpu::cross_entropy_fwd(logits, targets, lse, N, V);
+  void cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
+                         float* loss) override {
+    *loss = static_cast<float>(cpu::cross_entropy_fwd(logits, targets, lse, N, V));
   }
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                          Grad dlogits, int64_t N, int64_t V) override {

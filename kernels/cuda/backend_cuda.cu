@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <cstring>
 #include <vector>
 
 #include "cuda_check.h"
@@ -531,14 +532,22 @@ __global__ void k_softmax_bwd(const float* P, float* dP, int64_t rows, int64_t T
 }
 
 // ---- embeddings ------------------------------------------------------------------
-__global__ void k_ids_check(const int32_t* ids, int64_t n, int64_t V, int* bad) {
-  GRID_STRIDE(i, n) if (ids[i] < 0 || ids[i] >= V) atomicExch(bad, 1);
+// Marks the first failing check: *bad = code unless an earlier one is there.
+__global__ void k_ids_check(const int32_t* ids, int64_t n, int64_t V, int* bad, int code) {
+  GRID_STRIDE(i, n) if (ids[i] < 0 || ids[i] >= V) atomicCAS(bad, 0, code);
 }
-__global__ void k_emb_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) {
-  GRID_STRIDE(i, N * C) out[i] = table[(int64_t)ids[i / C] * C + i % C];
+// Ids outside the table (reported by the deferred check) read zeros and get no gradient: no stray accesses.
+__global__ void k_emb_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C, int64_t V) {
+  GRID_STRIDE(i, N * C) {
+    const int64_t id = ids[i / C];
+    out[i] = id >= 0 && id < V ? table[id * C + i % C] : 0.f;
+  }
 }
-__global__ void k_emb_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C) {
-  GRID_STRIDE(i, N * C) atomicAdd(&dtable[(int64_t)ids[i / C] * C + i % C], dout[i]);
+__global__ void k_emb_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) {
+  GRID_STRIDE(i, N * C) {
+    const int64_t id = ids[i / C];
+    if (id >= 0 && id < V) atomicAdd(&dtable[id * C + i % C], dout[i]);
+  }
 }
 __global__ void k_pos_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) {
   GRID_STRIDE(i, B * T * C) out[i] = table[i % (T * C)];
@@ -600,7 +609,8 @@ __global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_los
     if (lane == 0) {
       const float z = logf(s) + m;
       lse[blockIdx.x] = z;
-      row_loss[blockIdx.x] = z - ld1(l, targets[blockIdx.x], bf);
+      const int32_t t = targets[blockIdx.x];  // outside [0, V): reported by the deferred id check
+      row_loss[blockIdx.x] = t >= 0 && t < V ? z - ld1(l, t, bf) : 0.f;
     }
   }
 }
@@ -625,6 +635,21 @@ __global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* l
       st1(d, v, scale * (expf(ld1(l, v, bf) - z) - (v == t ? 1.f : 0.f)), acc, bf);
   }
 }
+// out = mean of x[n], summed in f64 by one block (deterministic).
+__global__ void k_mean(const float* x, int64_t n, float* out) {
+  __shared__ double sh[32];
+  double s = 0.0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = s;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    s = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.0;
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (threadIdx.x == 0) *out = static_cast<float>(s / static_cast<double>(n));
+  }
+}
+__global__ void k_set1(float* p, float v) { *p = v; }
 __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* out) {
   float s = 0.f;
   GRID_STRIDE(i, n) {
@@ -1048,16 +1073,29 @@ class CudaBackend : public Backend {
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
     DevBuf<int> bad(1);
-    LAUNCH(k_ids_check, n, ids, n, V, bad.p);
+    LAUNCH(k_ids_check, n, ids, n, V, bad.p, 1);
     int h = 0;
     ZR_CUDA(cudaMemcpy(&h, bad.p, sizeof h, cudaMemcpyDeviceToHost));
     return h == 0;
   }
-  void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C) override {
-    LAUNCH(k_emb_fwd, N * C, ids, table, out, N, C);
+  // Queued without a wait: the first failing check of a step raises its message at the next get_scalar.
+  void check_ids_deferred(const int32_t* ids, int64_t n, int64_t V, const std::string& message) override {
+    if (!n) return;
+    if (!ids_flag_) {
+      ids_flag_ = static_cast<int*>(cuda::device_alloc(sizeof(int), dev_of_backend()));
+      ZR_CUDA(cudaMemset(ids_flag_, 0, sizeof(int)));
+      ZR_CUDA(cudaMallocHost(&ids_flag_host_, sizeof(int)));
+      *ids_flag_host_ = 0;
+    }
+    if (ids_messages_.size() >= 4096) raise_deferred(true);  // a caller that never reads a value: check now
+    ids_messages_.push_back(message);
+    LAUNCH(k_ids_check, n, ids, n, V, ids_flag_, static_cast<int>(ids_messages_.size()));
   }
-  void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t) override {
-    LAUNCH(k_emb_bwd, N * C, ids, dout, dtable, N, C);
+  void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C, int64_t V) override {
+    LAUNCH(k_emb_fwd, N * C, ids, table, out, N, C, V);
+  }
+  void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) override {
+    LAUNCH(k_emb_bwd, N * C, ids, dout, dtable, N, C, V);
   }
   void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) override {
     LAUNCH(k_pos_fwd, B * T * C, table, out, B, T, C);
@@ -1065,28 +1103,26 @@ class CudaBackend : public Backend {
   void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) override {
     LAUNCH(k_pos_bwd, T * C, dout, dtable, B, T, C);
   }
-  double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) override {
-    return ce_fwd(logits, targets, lse, N, V);
+  void cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
+                         float* loss) override {
+    ce_fwd(logits, targets, lse, N, V, loss);
   }
-  double cross_entropy_fwd16(const uint16_t* logits, const int32_t* targets, float* lse, int64_t N,
-                             int64_t V) override {
-    return ce_fwd(logits, targets, lse, N, V);
+  void cross_entropy_fwd16(const uint16_t* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
+                           float* loss) override {
+    ce_fwd(logits, targets, lse, N, V, loss);
   }
   void cross_entropy_bwd16(const uint16_t* logits, const int32_t* targets, const float* lse, const float* dloss,
                            Grad dlogits, int64_t N, int64_t V) override {
     ce_bwd(logits, targets, lse, dloss, dlogits, N, V);
   }
-  template <class L>
-  double ce_fwd(const L* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) {
-    if (!N) return 0.0;
-    DevBuf<float> rows(static_cast<size_t>(N));
+  template <class L>  // the mean loss stays on the device: no wait for the forward
+  void ce_fwd(const L* logits, const int32_t* targets, float* lse, int64_t N, int64_t V, float* loss) {
+    if (!N) return set_scalar(loss, 0.f);
+    DevBuf<float> rows(static_cast<size_t>(N), false);
     k_ce_fwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, rows.p, lse, V, mm_ == DType::BF16);
     ZR_CUDA(cudaGetLastError());
-    std::vector<float> h(static_cast<size_t>(N));
-    ZR_CUDA(cudaMemcpy(h.data(), rows.p, h.size() * 4, cudaMemcpyDeviceToHost));
-    double s = 0.0;
-    for (float v : h) s += v;
-    return s / static_cast<double>(N);
+    k_mean<<<1, 1024>>>(rows.p, N, loss);
+    ZR_CUDA(cudaGetLastError());
   }
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                          Grad dlogits, int64_t N, int64_t V) override {
@@ -1131,16 +1167,16 @@ class CudaBackend : public Backend {
   double finite_sum_squares(const float* x, int64_t n, bool* finite) override {
     *finite = true;
     if (n <= 0) return 0.0;
-    DevBuf<double> acc(1);
-    DevBuf<int> bad(1);
-    k_finite_sumsq<<<std::min<unsigned>(grid_for((n + 3) / 4), 1024), kTpb>>>(x, n, acc.p, bad.p);
+    DevBuf<double> acc(2);  // [0] the sum, [1] the inf/nan flag (an int): one zero-fill, one copy back
+    int* bad = reinterpret_cast<int*>(acc.p + 1);
+    k_finite_sumsq<<<std::min<unsigned>(grid_for((n + 3) / 4), 1024), kTpb>>>(x, n, acc.p, bad);
     ZR_CUDA(cudaGetLastError());
-    double h = 0.0;
+    double h[2] = {0.0, 0.0};
+    ZR_CUDA(cudaMemcpy(h, acc.p, sizeof h, cudaMemcpyDeviceToHost));
     int b = 0;
-    ZR_CUDA(cudaMemcpy(&h, acc.p, sizeof h, cudaMemcpyDeviceToHost));
-    ZR_CUDA(cudaMemcpy(&b, bad.p, sizeof b, cudaMemcpyDeviceToHost));
+    std::memcpy(&b, &h[1], sizeof b);
     *finite = b == 0;
-    return *finite ? h : 0.0;
+    return *finite ? h[0] : 0.0;
   }
   bool all_finite(const float* x, int64_t n) override {
     DevBuf<int> bad(1);
@@ -1160,10 +1196,16 @@ class CudaBackend : public Backend {
     ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "round_to16 needs bf16 or f16");
     LAUNCH(k_round16, n, dt == DType::BF16, src, dst, dst32, n);
   }
-  void set_scalar(float* p, float v) override { ZR_CUDA(cudaMemcpy(p, &v, 4, cudaMemcpyHostToDevice)); }
+  void set_scalar(float* p, float v) override {  // a kernel argument: queued, no wait
+    k_set1<<<1, 1>>>(p, v);
+    ZR_CUDA(cudaGetLastError());
+  }
   float get_scalar(const float* p) override {
     float v = 0.f;
+    if (!ids_messages_.empty())  // the deferred checks' flag comes back with the value, in the same wait
+      ZR_CUDA(cudaMemcpyAsync(ids_flag_host_, ids_flag_, sizeof(int), cudaMemcpyDeviceToHost));
     ZR_CUDA(cudaMemcpy(&v, p, 4, cudaMemcpyDeviceToHost));
+    raise_deferred(false);
     return v;
   }
 
@@ -1272,9 +1314,30 @@ class CudaBackend : public Backend {
         static_cast<int>(K), &alpha, B, t, static_cast<int>(ldb), sB, A, t, static_cast<int>(lda), sA, &beta, C,
         CUDA_R_32F, static_cast<int>(ldc), sC, static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
+  // Throws the message of the first failed deferred id check since the last call (flag already copied back,
+  // unless `fetch`), and forgets them.
+  void raise_deferred(bool fetch) {
+    if (ids_messages_.empty()) return;
+    if (fetch) ZR_CUDA(cudaMemcpy(ids_flag_host_, ids_flag_, sizeof(int), cudaMemcpyDeviceToHost));
+    const int f = *ids_flag_host_;
+    std::vector<std::string> m;
+    m.swap(ids_messages_);
+    if (!f) return;
+    *ids_flag_host_ = 0;
+    ZR_CUDA(cudaMemset(ids_flag_, 0, sizeof(int)));
+    ZR_FAIL(m.at(static_cast<size_t>(f - 1)));
+  }
+  static int dev_of_backend() {
+    int d = 0;
+    ZR_CUDA(cudaGetDevice(&d));
+    return d;
+  }
   DType mm_ = DType::F32;
   std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};
+  int* ids_flag_ = nullptr;       // device: 0, or 1 + the index of the first failed deferred check
+  int* ids_flag_host_ = nullptr;  // pinned copy read at get_scalar
+  std::vector<std::string> ids_messages_;
 };
 
 }  // namespace

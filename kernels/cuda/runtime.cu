@@ -1,6 +1,7 @@
 // CUDA runtime slice for the core: a caching device allocator (blocks are
 // kept per rounded size and reused, like PyTorch's), copies and device
 // selection.
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -89,6 +90,45 @@ void device_fill_ff(void* p, size_t bytes) {
 
 void copy(void* dst, const void* src, size_t bytes) {
   if (bytes) ZR_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+namespace {
+// Pinned buffers an upload goes through, reused round-robin once the copy that last used one is done.
+struct Staging {
+  void* p = nullptr;
+  size_t cap = 0;
+  cudaEvent_t done{};
+};
+struct StagingRing {
+  std::mutex mu;
+  Staging slot[8];
+  int next = 0;
+};
+StagingRing& staging() {
+  static StagingRing* r = new StagingRing();  // never destroyed, like the allocator's cache
+  return *r;
+}
+}  // namespace
+
+void upload(void* dst, const void* src, size_t bytes) {
+  if (!bytes) return;
+  StagingRing& r = staging();
+  std::lock_guard<std::mutex> lk(r.mu);
+  Staging& s = r.slot[r.next];
+  r.next = (r.next + 1) % 8;
+  if (s.done)
+    ZR_CUDA(cudaEventSynchronize(s.done));  // long done in practice: seven uploads ago
+  else
+    ZR_CUDA(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+  if (s.cap < bytes) {
+    if (s.p) ZR_CUDA(cudaFreeHost(s.p));
+    s.p = nullptr;
+    ZR_CUDA(cudaMallocHost(&s.p, bytes));
+    s.cap = bytes;
+  }
+  std::memcpy(s.p, src, bytes);
+  ZR_CUDA(cudaMemcpyAsync(dst, s.p, bytes, cudaMemcpyHostToDevice, 0));
+  ZR_CUDA(cudaEventRecord(s.done, 0));
 }
 
 void synchronize() { ZR_CUDA(cudaDeviceSynchronize()); }

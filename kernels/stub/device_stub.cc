@@ -21,6 +21,7 @@ void device_free(void*, size_t, int) {}
 void device_memset0(void*, size_t) { not_built(); }
 void device_fill_ff(void*, size_t) { not_built(); }
 void copy(void*, const void*, size_t) { not_built(); }
+void upload(void*, const void*, size_t) { not_built(); }
 void synchronize() {}
 size_t cached_bytes() { return 0; }
 }  // namespace zerorun::cuda

@@ -382,8 +382,12 @@ StepStats Engine::train_step(DataSource& data) {
     {
       profile::Scope ps("data");
       inputs = data.batch(first, cfg_.micro);
-      if (!dev_.is_cpu())
-        for (auto& [k, t] : inputs) t = t.to(dev_, MemCategory::Activations);
+      if (!dev_.is_cpu())  // queued behind the previous step's update, not waiting for it
+        for (auto& [k, t] : inputs) {
+          Tensor d = Tensor::empty(t.shape(), t.dtype(), MemCategory::Activations, dev_);
+          cuda::upload(d.raw(), t.raw(), t.nbytes());
+          t = d;
+        }
     }
     losses.push_back(exec_->forward_async(inputs));
     // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale).

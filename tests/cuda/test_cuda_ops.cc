@@ -325,6 +325,18 @@ TEST_CASE("cuda optimizer and reduction kernels match cpu", "[cuda]") {
   bad.i32()[3] = 9;
   REQUIRE(!gpu.ids_in_range(bad.to(kGpu).i32(), 10, 5));
   REQUIRE(gpu.ids_in_range(bad.to(kGpu).i32(), 10, 10));
+  // Deferred: queued without a wait, raised with its message at the next value read (the first failure wins),
+  // then forgotten.
+  Tensor badg = bad.to(kGpu), one = Tensor::zeros({1}, DType::F32, MemCategory::Buffers, kGpu);
+  gpu.check_ids_deferred(badg.i32(), 10, 10, "fine");
+  REQUIRE(gpu.get_scalar(one.f32()) == 0.f);
+  gpu.check_ids_deferred(badg.i32(), 10, 10, "first");
+  gpu.check_ids_deferred(badg.i32(), 10, 5, "a token id is bad");
+  gpu.check_ids_deferred(badg.i32(), 10, 6, "later");
+  REQUIRE_THROWS_WITH(gpu.get_scalar(one.f32()), Catch::Contains("a token id is bad"));
+  REQUIRE(gpu.get_scalar(one.f32()) == 0.f);
+  gpu.set_scalar(one.f32(), 2.5f);  // queued: a kernel, not a copy
+  REQUIRE(gpu.get_scalar(one.f32()) == 2.5f);
 }
 
 TEST_CASE("device memory accounting and the caching allocator", "[cuda]") {

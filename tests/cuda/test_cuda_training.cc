@@ -239,6 +239,27 @@ TEST_CASE("16-bit activation storage: GPT gradients on the GPU in bf16 match the
   grads16_match_cpu(build_gpt2(s, 9), 96, 2, 80, 4e-2);
 }
 
+TEST_CASE("a token or target outside the vocabulary on the GPU fails the forward's loss read, naming the input",
+          "[cuda]") {
+  const Model m = build_gpt2(testing::tiny_gpt_spec(96, 64), 9);
+  std::map<std::string, Tensor> p, g;
+  for (auto& [k, t] : m.tensors) {
+    p[k] = t.to(Device::cuda(0));
+    g[k] = Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, Device::cuda(0));
+  }
+  Executor ex(m.graph, p, g);
+  for (const char* which : {"tokens", "targets"}) {
+    Tensor tok = Tensor::zeros({2, 16}, DType::I32), tgt = Tensor::zeros({2, 16}, DType::I32);
+    (std::string(which) == "tokens" ? tok : tgt).i32()[17] = 96;
+    INFO(which);
+    REQUIRE_THROWS_WITH(ex.forward({{"tokens", tok.to(Device::cuda(0))}, {"targets", tgt.to(Device::cuda(0))}}),
+                        Catch::Contains("outside the vocabulary of 96") && Catch::Contains(which));
+    ex.release();
+  }
+  Tensor ok = Tensor::zeros({2, 16}, DType::I32);  // and the next forward is clean
+  REQUIRE(std::isfinite(ex.forward({{"tokens", ok.to(Device::cuda(0))}, {"targets", ok.to(Device::cuda(0))}})));
+}
+
 TEST_CASE("GELU fused into cuBLASLt's epilogues gives the unfused gradients (GPT-2 MLP, bf16)", "[cuda]") {
   Gpt2Spec s = testing::tiny_gpt_spec(96, 128);
   s.n_head = 2;

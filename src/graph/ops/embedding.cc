@@ -36,8 +36,8 @@ class Embedding : public Op {
       be(c).pos_embedding_fwd(w.f32(), y.f32(), ids.dim(0), ids.dim(1), C);
     } else {
       const int32_t* id = ids.i32();
-      check_ids(c, id, N, V, "token");
-      be(c).embedding_fwd(id, w.f32(), y.f32(), N, C);
+      check_ids(c, id, N, V, "token", 0);
+      be(c).embedding_fwd(id, w.f32(), y.f32(), N, C, V);
     }
     c.out = {y};
   }

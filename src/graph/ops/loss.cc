@@ -26,12 +26,15 @@ class CrossEntropy : public Op {
   void forward(NodeCtx& c) const override {
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
     const int32_t* t = c.in[1].i32();
-    check_ids(c, t, N, V, "target");
+    check_ids(c, t, N, V, "target", 1);
     Tensor lse = Tensor::uninit({N}, DType::F32, MemCategory::Activations, device_of(c));
     const Tensor& lg = c.in[0];
-    const double loss = lg.dtype() != DType::F32 ? be(c).cross_entropy_fwd16(bits16(lg), t, lse.f32(), N, V)
-                                                 : be(c).cross_entropy_fwd(lg.f32(), t, lse.f32(), N, V);
-    c.out = {scalar(c, loss)};
+    Tensor loss = new_out({}, device_of(c));  // written on the device: nothing waits for the forward here
+    if (lg.dtype() != DType::F32)
+      be(c).cross_entropy_fwd16(bits16(lg), t, lse.f32(), N, V, loss.f32());
+    else
+      be(c).cross_entropy_fwd(lg.f32(), t, lse.f32(), N, V, loss.f32());
+    c.out = {loss};
     c.saved->push_back(lse);
   }
   bool writes_grad(size_t input) const override { return input == 0; }

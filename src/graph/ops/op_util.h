@@ -69,13 +69,16 @@ inline kernels::Grad grad_of(const NodeCtx& c, size_t k) {
   return {c.din[k].f32(), k >= c.din_acc.size() || c.din_acc[k]};
 }
 // Every id in [0, V): on the CPU naming the first bad id and its position, on a
-// GPU by one device-side check. `what` is "token" or "target".
-inline void check_ids(const NodeCtx& c, const int32_t* id, int64_t N, int64_t V, const char* what) {
+// GPU by a device-side check that raises at the next read of a device value (the loss), so the forward is not held
+// up. `what` is "token" or "target"; `input` the node input holding the ids.
+inline void check_ids(const NodeCtx& c, const int32_t* id, int64_t N, int64_t V, const char* what, size_t input) {
   if (device_of(c).is_cpu()) {
     for (int64_t i = 0; i < N; ++i)
       ZR_CHECK(id[i] >= 0 && id[i] < V, what, " id ", id[i], " at position ", i, " is outside the vocabulary of ", V);
   } else {
-    ZR_CHECK(be(c).ids_in_range(id, N, V), "a ", what, " id is outside the vocabulary of ", V);
+    be(c).check_ids_deferred(id, N, V,
+                             "a " + std::string(what) + " id is outside the vocabulary of " + std::to_string(V) +
+                                 " (op '" + c.node->op + "', input '" + c.node->in.at(input) + "')");
   }
 }
 
