@@ -3,6 +3,7 @@
 # PyTorch (torch.compile, fused AdamW, SDPA) in the same call. Prints one JSON
 # line per run and a side-by-side table with the zerorun/PyTorch ratio.
 # Usage (device machine, after tests/make_device_bundle.sh): bash bench/bench_gpt2.sh "124M 350M" [STEPS]
+# (NO_TORCH=1: zerorun only, e.g. for an A/B of a ZERORUN_* setting)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${1:-124M 350M 1.5B}
@@ -37,6 +38,7 @@ PY
   else
     echo "zerorun $s failed:"; tail -5 "$W/zr.out"
   fi
+  [[ -n "${NO_TORCH:-}" ]] && continue
   python3 bench/torch_gpt2.py --size "$s" --layers ${L[$s]} --embd ${C[$s]} --heads ${H[$s]} --batch ${B[$s]} \
     --steps "$STEPS" 2>"$W/torch.err" | tee -a "$RES" || { echo "pytorch $s failed:"; tail -5 "$W/torch.err"; }
 done

@@ -29,7 +29,8 @@ TAIL=12 part gemm_probe 60 bash -c '.devbuild/bin/zerorun_gemm_probe; python3 be
 TAIL=40 part ncu_step_124m 120 bash bench/ncu_step.sh
 "$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd 768 --n_layer 12 --n_head 12 -o "$W/p.bin" >/dev/null
 echo '{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}, "steps_per_print": 1000}' >"$W/p.json"
-ZERORUN_PROFILE=host TAIL=30 part host_profile_124m 60 "$ZR" --device cuda --config "$W/p.json" "$W/p.bin" --steps 8
+ZERORUN_PROFILE=host TAIL=30 part host_profile_124m 60 "$ZR" --device cuda --config "$W/p.json" "$W/p.bin" --steps 30
+ZERORUN_FUSE=0 NO_TORCH=1 BENCH_DIR=$W/ab TAIL=3 part unfused_124m 90 bash bench/bench_gpt2.sh 124M 8
 BENCH_DIR=$W/bench TAIL=8 part bench_gpt2 330 bash bench/bench_gpt2.sh "${SIZES:-124M 350M 1.5B}" 8
 MODEL=$W/bench/m-1.5B.bin TAIL=8 part offload_1p5b 100 bash bench/offload_1p5b.sh 3
 G=$(nvidia-smi -L 2>/dev/null | wc -l)
