@@ -83,6 +83,9 @@ class Op {
   virtual bool is_loss() const { return false; }
   // Whether the op honours NodeCtx::fuse_gelu and dgelu_input (linear).
   virtual bool fuses_gelu() const { return false; }
+  // True where d(input) is d(output) itself whenever their shapes match (add): the executor may then hand the
+  // input the output's gradient tensor and leave din[input] undefined.
+  virtual bool grad_is_dout(size_t /*input*/) const { return false; }
 };
 
 const Op& op_lookup(const std::string& name);  // throws with the list of known ops
@@ -133,6 +136,8 @@ class Executor {
   // gradient does (both with 16-bit values inside one block).
   int gelu_forward_fusions() const;
   int gelu_backward_fusions() const;
+  // Input gradients the last backward took as their op's output gradient tensor (Op::grad_is_dout), uncopied.
+  int shared_grads() const { return aliased_; }
   // Forward over named inputs; returns the loss.
   double forward(const std::map<std::string, Tensor>& inputs);
   // The same, returning the loss as the (device) scalar tensor: reading it is left to the caller, so a GPU run
@@ -150,6 +155,7 @@ class Executor {
  private:
   void run_node_forward(size_t i);
   void plan_gelu_fusions();
+  std::vector<bool> grad_aliases(size_t node, const std::vector<Tensor>& dout) const;
   static bool is16(const Tensor& t) { return t.defined() && t.dtype() != DType::F32 && t.dtype() != DType::I32; }
   const Graph& g_;
   std::map<std::string, Tensor> params_, grads_, params16_;
@@ -171,6 +177,7 @@ class Executor {
   std::vector<int> gelu_fwd_, gelu_bwd_;
   std::vector<bool> gelu_done_;
   bool fuse_ = true;
+  int aliased_ = 0;
   size_t loss_id_ = 0;
   bool have_forward_ = false;
 };

@@ -75,6 +75,39 @@ void Executor::plan_gelu_fusions() {
   }
 }
 
+// Inputs whose gradient can be the output's gradient tensor itself (Op::grad_is_dout): fresh, f32, the output's
+// shape, not the node's input twice, the tensor no other live value's gradient. Two inputs share it only when every
+// read of one's gradient comes before any accumulation into the other's: one has this node as its only use and its
+// producer runs backward before every other consumer of the first.
+std::vector<bool> Executor::grad_aliases(size_t i, const std::vector<Tensor>& dout) const {
+  std::vector<bool> a(node_in_[i].size(), false);
+  if (!fuse_ || dout.size() != 1 || !dout[0].defined() || dout[0].dtype() != DType::F32) return a;
+  for (size_t u = 0; u < value_grads_.size(); ++u)  // the tensor is some other live value's gradient too: keep apart
+    if (u != node_out_[i][0] && value_grads_[u].defined() && value_grads_[u].raw() == dout[0].raw()) return a;
+  auto last_other_use = [&](size_t v) {  // the latest consumer of v before node i, or -1
+    int j = -1;
+    for (auto [node, k] : uses_[v])
+      if (node < i) j = std::max(j, static_cast<int>(node));
+    return j;
+  };
+  auto ordered = [&](size_t only, size_t other) {  // `only`'s gradient is read before `other`'s next change
+    return uses_[only].size() == 1 && producer_[only].first > last_other_use(other);
+  };
+  std::vector<size_t> shared;
+  for (size_t k = 0; k < node_in_[i].size(); ++k) {
+    const size_t v = node_in_[i][k];
+    if (!ops_[i]->grad_is_dout(k) || value_grads_[v].defined() || values_[v].dtype() != DType::F32 ||
+        values_[v].shape() != dout[0].shape() || std::count(node_in_[i].begin(), node_in_[i].end(), v) > 1)
+      continue;
+    bool ok = true;
+    for (size_t u : shared) ok = ok && (ordered(v, u) || ordered(u, v));
+    if (!ok) continue;
+    a[k] = true;
+    shared.push_back(v);
+  }
+  return a;
+}
+
 int Executor::gelu_forward_fusions() const {
   return static_cast<int>(std::count_if(gelu_fwd_.begin(), gelu_fwd_.end(), [](int i) { return i >= 0; }));
 }
@@ -167,6 +200,7 @@ Tensor Executor::forward_async(const std::map<std::string, Tensor>& inputs) {
 
 void Executor::backward(float loss_grad) {
   ZR_CHECK(have_forward_, "backward called without a forward");
+  aliased_ = 0;
   for (auto& t : value_grads_) t = Tensor();
   const Device dev = values_[loss_id_].device();
   Tensor lg = Tensor::empty({}, DType::F32, MemCategory::Activations, dev);
@@ -203,9 +237,17 @@ void Executor::backward(float loss_grad) {
         dgelu = is16(values_[gelu_in]) && is16(values_[node_in_[i][0]]) && !value_grads_[gelu_in].defined() &&
                 !value_grads_[node_in_[i][0]].defined();
       }
+      const std::vector<bool> alias = grad_aliases(i, c.dout);
       for (size_t k = 0; k < node_in_[i].size(); ++k) {
         const size_t v = dgelu && k == 0 ? gelu_in : node_in_[i][k];
         Tensor& gv = value_grads_[v];
+        if (alias[k]) {  // the output's gradient is this input's: shared, nothing for the op to write
+          gv = c.dout[0];
+          ++aliased_;
+          c.din.emplace_back();
+          c.din_acc.push_back(true);
+          continue;
+        }
         bool acc = true;
         if (!gv.defined() && values_[v].dtype() != DType::I32) {
           // The first gradient written into a value needs no zero-fill when the op overwrites it, unless

@@ -203,12 +203,19 @@ void compare_op16(const std::string& opname, json attrs, std::vector<Tensor> in,
       close(ref.din[k], as_f32(c.din[k]), tol, "input grad " + std::to_string(k) + (g16[k] ? " (16-bit)" : ""));
   for (auto& [k, t] : ref.dparams) close(t, c.dparams[k], tol, "param grad " + k);
 }
+// Sets the GPU's matmul dtype for a scope; back to f32 however the scope ends (a failed check must not leave the
+// next test case in 16 bits).
+struct MatmulDtype {
+  explicit MatmulDtype(DType dt) { kernels::backend(kGpu).set_matmul_dtype(dt); }
+  ~MatmulDtype() { kernels::backend(kGpu).set_matmul_dtype(DType::F32); }
+  MatmulDtype(const MatmulDtype&) = delete;
+  MatmulDtype& operator=(const MatmulDtype&) = delete;
+};
 }  // namespace
 
 TEST_CASE("16-bit activation storage: every op reading or writing it matches the CPU op", "[cuda]") {
-  auto& gpu = kernels::backend(kGpu);
   for (DType dt : {DType::BF16, DType::F16}) {
-    gpu.set_matmul_dtype(dt);
+    MatmulDtype mode(dt);
     Rng r(21);
     const Storage16 all{{true}, true, true, true, true};
     compare_op16("linear", {}, {rnd({4, 33, 96}, r)}, {{"weight", rnd({80, 96}, r)}, {"bias", rnd({80}, r)}}, all, dt);
@@ -232,7 +239,6 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
     compare_op16("cross_entropy", {}, {rnd({4, 30, 1000}, r, 4.0), ids({4, 30}, 1000, r)}, {},
                  {{true, false}, false, false, true, false}, dt);
   }
-  gpu.set_matmul_dtype(DType::F32);
 }
 
 TEST_CASE("cuda ops match cpu ops", "[cuda]") {
@@ -260,10 +266,9 @@ TEST_CASE("cuda ops match cpu ops", "[cuda]") {
 }
 
 TEST_CASE("16-bit matmul inputs: exact on 16-bit operands, rounding on others", "[cuda]") {
-  auto& gpu = kernels::backend(kGpu);
   for (DType dt : {DType::BF16, DType::F16}) {
     INFO("matmul dtype " << dtype_name(dt));
-    gpu.set_matmul_dtype(dt);
+    MatmulDtype mode(dt);
     Rng r(11);
     Tensor x = rnd({4, 33, 96}, r), w = rnd({80, 96}, r), bias = rnd({80}, r);
     compare_op("linear", {}, {x}, {{"weight", w}, {"bias", bias}}, 2e-5, dt);
@@ -278,7 +283,6 @@ TEST_CASE("16-bit matmul inputs: exact on 16-bit operands, rounding on others", 
     compare_op("attention", {{"n_head", 2}}, {rnd({2, 257, 3 * 128}, r, 3.0)}, {}, 3e-2);  // 5 tiles, padded
     REQUIRE(compare_op("attention", {{"n_head", 1}}, {rnd({2, 64, 3 * 64}, r)}, {}, 3e-2) > 1e-6);
   }
-  gpu.set_matmul_dtype(DType::F32);
 }
 
 TEST_CASE("cuda optimizer and reduction kernels match cpu", "[cuda]") {

@@ -190,6 +190,10 @@ Grads grads_on(const Model& m, int64_t vocab, int64_t B, int64_t T, Device d) {
   for (int64_t i = 0; i < B * T; ++i) tok.i32()[i] = static_cast<int32_t>((i * 37 + 5) % vocab);
   for (int64_t i = 0; i < B * T; ++i) tgt.i32()[i] = static_cast<int32_t>((i * 11 + 3) % vocab);
   auto& gpu_be = kernels::backend(Device::cuda(0));
+  struct Restore {  // the GPU back to f32 products however this ends
+    kernels::Backend& b;
+    ~Restore() { b.set_matmul_dtype(DType::F32); }
+  } restore{gpu_be};
   if (!d.is_cpu()) {
     gpu_be.set_matmul_dtype(DType::BF16);
     REQUIRE(gpu_be.activations16());
@@ -202,7 +206,6 @@ Grads grads_on(const Model& m, int64_t vocab, int64_t B, int64_t T, Device d) {
   Executor ex(m.graph, p, g);
   ex.forward({{"tokens", tok.to(d)}, {"targets", tgt.to(d)}});
   ex.backward(1.f);
-  gpu_be.set_matmul_dtype(DType::F32);
   Grads out;
   for (auto& [k, t] : g) out[k] = t.to(Device::cpu());
   return out;

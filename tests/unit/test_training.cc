@@ -2,6 +2,8 @@
 // bigger micro batch, activation checkpointing changes nothing, fp16
 // overflow skips the step.
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
 
 #include "tests/common/tiny.h"
 #include "zerorun/engine.h"
@@ -52,6 +54,34 @@ TEST_CASE("activation checkpointing is bitwise identical", "[train]") {
       g, make_cfg(R"({"train_batch_size": 4, "activation_checkpointing": {"partition_activations": false}})"), 4, &w2);
   REQUIRE(a == b);
   for (auto& [k, t] : w1) REQUIRE(std::memcmp(t.raw(), w2[k].raw(), t.nbytes()) == 0);
+}
+
+TEST_CASE("residual adds hand their output gradient to both inputs uncopied; gradients are bitwise unchanged",
+          "[train]") {
+  Model g = tiny_gpt();
+  Tensor tok = Tensor::empty({2, 16}, DType::I32), tgt = Tensor::empty({2, 16}, DType::I32);
+  for (int64_t i = 0; i < 32; ++i) tok.i32()[i] = static_cast<int32_t>((i * 7 + 1) % 64);
+  for (int64_t i = 0; i < 32; ++i) tgt.i32()[i] = static_cast<int32_t>((i * 5 + 2) % 64);
+  auto run = [&](int* shared) {
+    std::map<std::string, Tensor> p, gr;
+    for (auto& [k, t] : g.tensors) {
+      p[k] = t;
+      gr[k] = Tensor::zeros(t.shape(), DType::F32);
+    }
+    Executor ex(g.graph, p, gr);
+    ex.forward({{"tokens", tok}, {"targets", tgt}});
+    ex.backward(1.f);
+    *shared = ex.shared_grads();
+    return gr;
+  };
+  int on = 0, off = 0;
+  auto a = run(&on);
+  setenv("ZERORUN_FUSE", "0", 1);
+  auto b = run(&off);
+  unsetenv("ZERORUN_FUSE");
+  CHECK(on == (2 * 2 + 1) * 2);  // two blocks of two residual adds, and token + position embeddings: both inputs
+  CHECK(off == 0);
+  for (auto& [k, t] : a) REQUIRE(std::memcmp(t.raw(), b[k].raw(), t.nbytes()) == 0);
 }
 
 TEST_CASE("fp16 overflow skips the step and halves the scale", "[train]") {

@@ -76,9 +76,10 @@ inline void check_ids(const NodeCtx& c, const int32_t* id, int64_t N, int64_t V,
     for (int64_t i = 0; i < N; ++i)
       ZR_CHECK(id[i] >= 0 && id[i] < V, what, " id ", id[i], " at position ", i, " is outside the vocabulary of ", V);
   } else {
+    const std::string in = input < c.node->in.size() ? c.node->in[input] : "#" + std::to_string(input);
     be(c).check_ids_deferred(id, N, V,
                              "a " + std::string(what) + " id is outside the vocabulary of " + std::to_string(V) +
-                                 " (op '" + c.node->op + "', input '" + c.node->in.at(input) + "')");
+                                 " (op '" + c.node->op + "', input '" + in + "')");
   }
 }
 
