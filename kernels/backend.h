@@ -91,6 +91,12 @@ class Backend {
                                    int64_t) {
     ZR_FAIL("16-bit activations are CUDA-only");
   }
+  // Forward and backward at once where fuses_cross_entropy(V) (CUDA 16-bit runs): *loss = the mean loss, and the
+  // 16-bit logits [N, V] overwritten with their gradient for d(loss) = *dloss (a device scalar).
+  virtual bool fuses_cross_entropy(int64_t /*V*/) const { return false; }
+  virtual void cross_entropy_fused16(uint16_t*, const int32_t*, int64_t, int64_t, const float*, float*) {
+    ZR_FAIL("fused cross-entropy is CUDA-only");
+  }
   virtual void layernorm_fwd16(const float*, const float*, const float*, uint16_t*, float*, float*, int64_t, int64_t,
                                float) {
     ZR_FAIL("16-bit activations are CUDA-only");

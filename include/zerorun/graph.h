@@ -53,6 +53,10 @@ struct NodeCtx {
   // gelu(output) as out[1]; backward: the input is gelu(dgelu_input), and din[0] is that value's gradient.
   bool fuse_gelu = false;
   Tensor dgelu_input;
+  // Forward of the loss op where the executor knows the backward's d(loss) already (Executor::set_next_loss_grad):
+  // that scalar, on the device. Input 0 is then read by this op alone, and it may overwrite it with its gradient
+  // (its backward may hand that tensor over as din[0] instead of writing the fresh one).
+  Tensor loss_grad;
   std::map<std::string, Tensor> dparams;
   const Tensor& param(const std::string& role) const;
   Tensor dparam(const std::string& role) const;  // undefined if no grad wanted
@@ -145,6 +149,12 @@ class Executor {
   Tensor forward_async(const std::map<std::string, Tensor>& inputs);
   // Backward from d(loss) = loss_grad; parameter grads are accumulated.
   void backward(float loss_grad);
+  // Announces the next backward's loss_grad before the forward, so a loss op can compute its input's gradient in
+  // the forward (fused cross-entropy); that backward must then pass the same value.
+  void set_next_loss_grad(float g) {
+    next_loss_grad_ = g;
+    have_next_loss_grad_ = true;
+  }
   // Drops saved activations (after backward, or to abandon a forward).
   void release();
   ExecHooks hooks;
@@ -178,6 +188,9 @@ class Executor {
   std::vector<bool> gelu_done_;
   bool fuse_ = true;
   int aliased_ = 0;
+  bool have_next_loss_grad_ = false, have_loss_grad_ = false;
+  float next_loss_grad_ = 0.f, loss_grad_ = 0.f;
+  Tensor loss_grad_t_;  // the announced d(loss) on the device, made by the loss node's forward
   size_t loss_id_ = 0;
   bool have_forward_ = false;
 };

@@ -614,6 +614,53 @@ __global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_los
     }
   }
 }
+// Cross-entropy forward and backward in one read of each row (the backward's d(loss) is known before the
+// forward): row_loss = lse - logit[target], then the row is overwritten in place with
+// dloss * (softmax - onehot) / N. 16-bit logits, V % 4 == 0; 1024 threads so the rows in flight (two blocks an SM)
+// stay in L2 for the second pass.
+__global__ void __launch_bounds__(1024) k_ce_fused(uint16_t* logits, const int32_t* targets, float* row_loss,
+                                                   const float* dloss, int64_t N, int64_t V, bool bf) {
+  uint16_t* l = logits + blockIdx.x * V;
+  constexpr float L2E = 1.4426950408889634f;
+  float m = -INFINITY, s = 0.f;
+  for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
+    const float4 x = ldv4(l, v, bf);
+    const float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
+    if (mx > m) {
+      s *= exp2f((m - mx) * L2E);
+      m = mx;
+    }
+    s += exp2f((x.x - m) * L2E) + exp2f((x.y - m) * L2E) + exp2f((x.z - m) * L2E) + exp2f((x.w - m) * L2E);
+  }
+  warp_online_merge(m, s);
+  __shared__ float sm[32], ss[32], zs;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (lane == 0) sm[w] = m, ss[w] = s;
+  __syncthreads();
+  const int32_t t = targets[blockIdx.x];  // outside [0, V): reported by the deferred id check
+  if (w == 0) {
+    m = lane < blockDim.x / 32 ? sm[lane] : -INFINITY;
+    s = lane < blockDim.x / 32 ? ss[lane] : 0.f;
+    warp_online_merge(m, s);
+    if (lane == 0) {
+      const float z = logf(s) + m;
+      zs = z;
+      row_loss[blockIdx.x] = t >= 0 && t < V ? z - ld1(l, t, bf) : 0.f;  // read before the row is overwritten
+    }
+  }
+  __syncthreads();
+  const float zl = zs * L2E, scale = *dloss / static_cast<float>(N);
+  for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
+    const float4 x = ldv4(l, v, bf);
+    const int64_t b = 4 * v;
+    float4 d;
+    d.x = scale * (exp2f(x.x * L2E - zl) - (b == t ? 1.f : 0.f));
+    d.y = scale * (exp2f(x.y * L2E - zl) - (b + 1 == t ? 1.f : 0.f));
+    d.z = scale * (exp2f(x.z * L2E - zl) - (b + 2 == t ? 1.f : 0.f));
+    d.w = scale * (exp2f(x.w * L2E - zl) - (b + 3 == t ? 1.f : 0.f));
+    stv4(l, v, d, false, bf);
+  }
+}
 // dlogits (+)= dloss * (softmax - onehot) / N: D = float (accumulated when acc) or uint16_t (16-bit, written).
 template <class L, class D>
 __global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* lse, const float* dloss, D* dlogits,
@@ -1114,6 +1161,18 @@ class CudaBackend : public Backend {
   void cross_entropy_bwd16(const uint16_t* logits, const int32_t* targets, const float* lse, const float* dloss,
                            Grad dlogits, int64_t N, int64_t V) override {
     ce_bwd(logits, targets, lse, dloss, dlogits, N, V);
+  }
+  bool fuses_cross_entropy(int64_t V) const override { return mm_ != DType::F32 && V % 4 == 0; }
+  void cross_entropy_fused16(uint16_t* logits, const int32_t* targets, int64_t N, int64_t V, const float* dloss,
+                             float* loss) override {
+    ZR_CHECK(fuses_cross_entropy(V) && reinterpret_cast<uintptr_t>(logits) % 8 == 0,
+             "fused cross-entropy needs 16-bit logits, 8-byte aligned, V % 4 == 0");
+    if (!N) return set_scalar(loss, 0.f);
+    DevBuf<float> rows(static_cast<size_t>(N), false);
+    k_ce_fused<<<static_cast<unsigned>(N), 1024>>>(logits, targets, rows.p, dloss, N, V, mm_ == DType::BF16);
+    ZR_CUDA(cudaGetLastError());
+    k_mean<<<1, 1024>>>(rows.p, N, loss);
+    ZR_CUDA(cudaGetLastError());
   }
   template <class L>  // the mean loss stays on the device: no wait for the forward
   void ce_fwd(const L* logits, const int32_t* targets, float* lse, int64_t N, int64_t V, float* loss) {

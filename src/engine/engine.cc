@@ -389,9 +389,12 @@ StepStats Engine::train_step(DataSource& data) {
           t = d;
         }
     }
+    // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale); known before the forward, so the loss op
+    // can make its input's gradient there.
+    const float loss_grad = static_cast<float>(scale / static_cast<double>(cfg_.gas));
+    exec_->set_next_loss_grad(loss_grad);
     losses.push_back(exec_->forward_async(inputs));
-    // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale).
-    exec_->backward(static_cast<float>(scale / static_cast<double>(cfg_.gas)));
+    exec_->backward(loss_grad);
   }
   {
     profile::Scope ps("wait loss");

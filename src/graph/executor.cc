@@ -144,6 +144,14 @@ void Executor::run_node_forward(size_t i) {
   const int gl = gelu_fwd_[i];
   c.fuse_gelu = fuse_ && gl >= 0 && kernels::backend(c.in.at(0).device()).fuses_gelu() &&
                 kernels::backend(c.in.at(0).device()).activations16();
+  if (have_loss_grad_ && fuse_ && ops_[i]->is_loss() && node_out_[i].size() == 1 && node_out_[i][0] == loss_id_ &&
+      !node_in_[i].empty() && uses_[node_in_[i][0]].size() == 1) {
+    if (!loss_grad_t_.defined()) {
+      loss_grad_t_ = Tensor::empty({}, DType::F32, MemCategory::Activations, c.in.at(0).device());
+      kernels::backend(loss_grad_t_.device()).set_scalar(loss_grad_t_.f32(), loss_grad_);
+    }
+    c.loss_grad = loss_grad_t_;
+  }
   for (auto& [role, name] : n.params) {
     auto it = params_.find(name);
     ZR_CHECK(it != params_.end() && it->second.defined(), "parameter '", name, "' is not materialised");
@@ -174,6 +182,10 @@ double Executor::forward(const std::map<std::string, Tensor>& inputs) {
 
 Tensor Executor::forward_async(const std::map<std::string, Tensor>& inputs) {
   std::fill(gelu_done_.begin(), gelu_done_.end(), false);
+  have_loss_grad_ = have_next_loss_grad_;
+  loss_grad_ = next_loss_grad_;
+  have_next_loss_grad_ = false;
+  loss_grad_t_ = Tensor();
   for (auto& in : g_.inputs) {
     auto it = inputs.find(in.name);
     ZR_CHECK(it != inputs.end(), "forward: graph input '", in.name, "' was not given");
@@ -203,9 +215,15 @@ void Executor::backward(float loss_grad) {
   aliased_ = 0;
   for (auto& t : value_grads_) t = Tensor();
   const Device dev = values_[loss_id_].device();
-  Tensor lg = Tensor::empty({}, DType::F32, MemCategory::Activations, dev);
-  kernels::backend(dev).set_scalar(lg.f32(), loss_grad);
-  value_grads_[loss_id_] = lg;
+  ZR_CHECK(!have_loss_grad_ || loss_grad == loss_grad_, "backward: d(loss) ", loss_grad,
+           " differs from the value announced before the forward, ", loss_grad_);
+  if (loss_grad_t_.defined()) {  // made in the forward (a loss op may have used it already)
+    value_grads_[loss_id_] = loss_grad_t_;
+  } else {
+    Tensor lg = Tensor::empty({}, DType::F32, MemCategory::Activations, dev);
+    kernels::backend(dev).set_scalar(lg.f32(), loss_grad);
+    value_grads_[loss_id_] = lg;
+  }
   for (size_t bi = block_ranges_.size(); bi-- > 0;) {
     if (hooks.before_block_backward) hooks.before_block_backward(bi);
     auto [lo, hi] = block_ranges_[bi];
@@ -238,8 +256,10 @@ void Executor::backward(float loss_grad) {
                 !value_grads_[node_in_[i][0]].defined();
       }
       const std::vector<bool> alias = grad_aliases(i, c.dout);
+      std::vector<size_t> din_value;
       for (size_t k = 0; k < node_in_[i].size(); ++k) {
         const size_t v = dgelu && k == 0 ? gelu_in : node_in_[i][k];
+        din_value.push_back(v);
         Tensor& gv = value_grads_[v];
         if (alias[k]) {  // the output's gradient is this input's: shared, nothing for the op to write
           gv = c.dout[0];
@@ -279,6 +299,9 @@ void Executor::backward(float loss_grad) {
         profile::Scope ps("bwd", n.op);
         ops_[i]->backward(c);
       }
+      for (size_t k = 0; k < c.din.size(); ++k)  // a fresh gradient the op handed over as another tensor
+        if (!c.din_acc[k] && c.din[k].defined() && value_grads_[din_value[k]].raw() != c.din[k].raw())
+          value_grads_[din_value[k]] = c.din[k];
       // Outputs' gradients are fully consumed now.
       for (auto v : node_out_[i]) value_grads_[v] = Tensor();
       saved_[i].clear();
@@ -289,6 +312,8 @@ void Executor::backward(float loss_grad) {
 }
 
 void Executor::release() {
+  have_loss_grad_ = false;
+  loss_grad_t_ = Tensor();
   for (auto& t : values_) t = Tensor();
   for (auto& t : value_grads_) t = Tensor();
   for (auto& s : saved_) s.clear();

@@ -185,7 +185,8 @@ TEST_CASE("bf16 GPT with head size 64 (tensor-core attention): checkpointing cha
 namespace {
 using Grads = std::map<std::string, Tensor>;
 // Parameter gradients of one forward/backward on device d (bf16 products and activation storage on the GPU).
-Grads grads_on(const Model& m, int64_t vocab, int64_t B, int64_t T, Device d) {
+// announce: d(loss) is given before the forward (as the engine does), so cross-entropy fuses its backward in.
+Grads grads_on(const Model& m, int64_t vocab, int64_t B, int64_t T, Device d, bool announce = false) {
   Tensor tok = Tensor::empty({B, T}, DType::I32), tgt = Tensor::empty({B, T}, DType::I32);
   for (int64_t i = 0; i < B * T; ++i) tok.i32()[i] = static_cast<int32_t>((i * 37 + 5) % vocab);
   for (int64_t i = 0; i < B * T; ++i) tgt.i32()[i] = static_cast<int32_t>((i * 11 + 3) % vocab);
@@ -204,9 +205,12 @@ Grads grads_on(const Model& m, int64_t vocab, int64_t B, int64_t T, Device d) {
     g[k] = Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, d);
   }
   Executor ex(m.graph, p, g);
+  if (announce) ex.set_next_loss_grad(0.5f);
   ex.forward({{"tokens", tok.to(d)}, {"targets", tgt.to(d)}});
-  ex.backward(1.f);
+  ex.backward(announce ? 0.5f : 1.f);
   Grads out;
+  if (announce)  // back to d(loss) = 1 for comparisons
+    for (auto& [k, t] : g) kernels::backend(d).scale_inplace(t.f32(), 2.f, t.numel());
   for (auto& [k, t] : g) out[k] = t.to(Device::cpu());
   return out;
 }
@@ -263,7 +267,8 @@ TEST_CASE("a token or target outside the vocabulary on the GPU fails the forward
   REQUIRE(std::isfinite(ex.forward({{"tokens", ok.to(Device::cuda(0))}, {"targets", ok.to(Device::cuda(0))}})));
 }
 
-TEST_CASE("GELU fused into cuBLASLt's epilogues gives the unfused gradients (GPT-2 MLP, bf16)", "[cuda]") {
+TEST_CASE("GELU fused into cuBLASLt's epilogues and cross-entropy's backward fused into its forward give the "
+          "unfused gradients (GPT-2, bf16)", "[cuda]") {
   Gpt2Spec s = testing::tiny_gpt_spec(96, 128);
   s.n_head = 2;
   s.n_ctx = 80;
@@ -274,10 +279,11 @@ TEST_CASE("GELU fused into cuBLASLt's epilogues gives the unfused gradients (GPT
     REQUIRE(ex.gelu_forward_fusions() == s.n_layer);
     REQUIRE(ex.gelu_backward_fusions() == s.n_layer);
   }
-  Grads fused = grads_on(m, 96, 2, 80, Device::cuda(0));
+  Grads fused = grads_on(m, 96, 2, 80, Device::cuda(0), true);
   setenv("ZERORUN_FUSE", "0", 1);
-  Grads plain = grads_on(m, 96, 2, 80, Device::cuda(0));
+  Grads plain = grads_on(m, 96, 2, 80, Device::cuda(0), true);
   unsetenv("ZERORUN_FUSE");
+  worst_diff(fused, grads_on(m, 96, 2, 80, Device::cpu()), 4e-2);
   // The epilogue's GELU reads the f32 product, the separate kernel its bf16 rounding: close, not equal.
   const double d = worst_diff(fused, plain, 2e-2);
   CHECK(d > 0);  // the fused path ran

@@ -84,6 +84,26 @@ TEST_CASE("residual adds hand their output gradient to both inputs uncopied; gra
   for (auto& [k, t] : a) REQUIRE(std::memcmp(t.raw(), b[k].raw(), t.nbytes()) == 0);
 }
 
+TEST_CASE("a d(loss) announced before the forward must be the backward's", "[train]") {
+  Model g = tiny_gpt();
+  std::map<std::string, Tensor> p, gr;
+  for (auto& [k, t] : g.tensors) {
+    p[k] = t;
+    gr[k] = Tensor::zeros(t.shape(), DType::F32);
+  }
+  Executor ex(g.graph, p, gr);
+  Tensor tok = Tensor::zeros({2, 16}, DType::I32);
+  ex.set_next_loss_grad(0.5f);
+  ex.forward({{"tokens", tok}, {"targets", tok}});
+  CHECK_THROWS_WITH(ex.backward(1.f), Catch::Contains("differs from the value announced"));
+  ex.release();
+  ex.set_next_loss_grad(0.5f);
+  ex.forward({{"tokens", tok}, {"targets", tok}});
+  CHECK_NOTHROW(ex.backward(0.5f));
+  ex.forward({{"tokens", tok}, {"targets", tok}});  // an announcement holds for one forward only
+  CHECK_NOTHROW(ex.backward(1.f));
+}
+
 TEST_CASE("fp16 overflow skips the step and halves the scale", "[train]") {
   Model g = tiny_gpt();
   Config c = make_cfg(

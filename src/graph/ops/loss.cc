@@ -30,6 +30,13 @@ class CrossEntropy : public Op {
     Tensor lse = Tensor::uninit({N}, DType::F32, MemCategory::Activations, device_of(c));
     const Tensor& lg = c.in[0];
     Tensor loss = new_out({}, device_of(c));  // written on the device: nothing waits for the forward here
+    if (c.loss_grad.defined() && lg.dtype() != DType::F32 && be(c).fuses_cross_entropy(V)) {
+      // d(loss) known: the logits become their gradient in the same pass (saved: no lse, the gradient)
+      be(c).cross_entropy_fused16(static_cast<uint16_t*>(lg.raw()), t, N, V, c.loss_grad.f32(), loss.f32());
+      c.out = {loss};
+      *c.saved = {Tensor(), lg};
+      return;
+    }
     if (lg.dtype() != DType::F32)
       be(c).cross_entropy_fwd16(bits16(lg), t, lse.f32(), N, V, loss.f32());
     else
@@ -42,6 +49,13 @@ class CrossEntropy : public Op {
   bool takes16(size_t input) const override { return input == 0; }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
+    if (!(*c.saved)[0].defined()) {  // fused forward: the gradient is made, hand it over
+      const Tensor& d = (*c.saved)[1];
+      ZR_CHECK(!c.din_acc[0] && c.din[0].dtype() == d.dtype(),
+               "cross_entropy: the fused gradient needs a fresh 16-bit logits gradient");
+      c.din[0] = d;
+      return;
+    }
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
     const Tensor& lg = c.in[0];
     if (lg.dtype() != DType::F32)
