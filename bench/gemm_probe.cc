@@ -195,6 +195,13 @@ int main(int argc, char** argv) {
                            [&] { lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y16, bf, s.N, b16, bf); });
     double f16 = time_ms(n + " fwd bf16 out",
                          [&] { lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 0.f, y16, bf, s.N, nullptr, bf); });
+    void* res = dev_alloc(M * s.N * 4);
+    Epilogue re{Epilogue::Bias, b32, DType::F32};
+    re.addend = res;
+    double f32res = time_ms(n + " fwd f32 out + residual", [&] {
+      lt.run(bf, false, true, M, s.N, s.K, x, s.K, w, s.K, 1.f, y32, DType::F32, s.N, re);
+    });
+    cudaFree(res);
     double dx32 = time_ms(n + " dx f32", [&] {
       lt.run(bf, false, false, M, s.K, s.N, dy, s.N, w, s.K, 0.f, y32, DType::F32, s.K, nullptr);
     });
@@ -206,8 +213,9 @@ int main(int argc, char** argv) {
     std::printf(
         "{\"shape\": \"%s\", \"M\": %lld, \"K\": %lld, \"N\": %lld, \"fwd_f32out_bias_tflops\": %.1f, "
         "\"fwd_bf16out_f32bias_tflops\": %.1f, \"fwd_bf16out_bf16bias_tflops\": %.1f, \"fwd_bf16out_tflops\": %.1f, "
-        "\"dx_f32_tflops\": %.1f, \"dx_bf16_tflops\": %.1f, \"dw_f32acc_tflops\": %.1f}\n",
-        s.name, (long long)M, (long long)s.K, (long long)s.N, tf(f32b), tf(f16b), tf(f16bb), tf(f16), tf(dx32),
+        "\"fwd_f32out_bias_residual_tflops\": %.1f, \"dx_f32_tflops\": %.1f, \"dx_bf16_tflops\": %.1f, "
+        "\"dw_f32acc_tflops\": %.1f}\n",
+        s.name, (long long)M, (long long)s.K, (long long)s.N, tf(f32b), tf(f16b), tf(f16bb), tf(f16), tf(f32res), tf(dx32),
         tf(dx16), tf(dwt));
     for (void* p : {x, w, dy, y32, y16, b32, b16, dw}) cudaFree(p);
   }

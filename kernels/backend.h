@@ -62,13 +62,16 @@ class Backend {
   // GELU fused into the products where fuses_gelu(): gelu16 non-null: y16 gets the linear's output and gelu16 its
   // tanh-GELU (both 16-bit); dgelu16 non-null: the linear's input is gelu(dgelu16), and dx (16-bit) gets the
   // gradient of dgelu16 instead, (dy w) * gelu'(dgelu16).
+  // residual non-null (where fuses_residual(), f32 y): y = x w^T + b + residual, the residual add folded in.
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                          uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16, uint16_t* gelu16) = 0;
+                          uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16, uint16_t* gelu16,
+                          const float* residual) = 0;
   virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                           int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16,
                           const uint16_t* dgelu16) = 0;
   // Whether linear_fwd / linear_bwd take gelu16 / dgelu16 (CUDA 16-bit runs: cuBLASLt's GELU epilogues).
   virtual bool fuses_gelu() const { return false; }
+  virtual bool fuses_residual() const { return false; }
   // 16-bit activation storage (CUDA in 16-bit runs): outputs written in the matmul dtype, and which
   // ops can write 16-bit gradients (linear dx, act_bwd16, add_bwd without broadcast, cross_entropy_bwd, and
   // flash_attention_bwd where attention16 says so) through Grad::half.

@@ -57,6 +57,10 @@ struct NodeCtx {
   // that scalar, on the device. Input 0 is then read by this op alone, and it may overwrite it with its gradient
   // (its backward may hand that tensor over as din[0] instead of writing the fresh one).
   Tensor loss_grad;
+  // A residual add folded into this linear by the executor (Op::fuses_residual): forward: out[0] = linear + residual
+  // where the shapes match (setting residual_used); the linear's own output is then not materialised.
+  Tensor residual;
+  bool residual_used = false;
   std::map<std::string, Tensor> dparams;
   const Tensor& param(const std::string& role) const;
   Tensor dparam(const std::string& role) const;  // undefined if no grad wanted
@@ -90,6 +94,8 @@ class Op {
   // True where d(input) is d(output) itself whenever their shapes match (add): the executor may then hand the
   // input the output's gradient tensor and leave din[input] undefined.
   virtual bool grad_is_dout(size_t /*input*/) const { return false; }
+  // Whether the op honours NodeCtx::residual (linear).
+  virtual bool fuses_residual() const { return false; }
 };
 
 const Op& op_lookup(const std::string& name);  // throws with the list of known ops
@@ -140,6 +146,8 @@ class Executor {
   // gradient does (both with 16-bit values inside one block).
   int gelu_forward_fusions() const;
   int gelu_backward_fusions() const;
+  // Residual adds folded into the linear producing one of their inputs (used where the backend fuses_residual).
+  int residual_fusions() const;
   // Input gradients the last backward took as their op's output gradient tensor (Op::grad_is_dout), uncopied.
   int shared_grads() const { return aliased_; }
   // Forward over named inputs; returns the loss.
@@ -165,6 +173,7 @@ class Executor {
  private:
   void run_node_forward(size_t i);
   void plan_gelu_fusions();
+  void plan_residual_fusions();
   std::vector<bool> grad_aliases(size_t node, const std::vector<Tensor>& dout) const;
   static bool is16(const Tensor& t) { return t.defined() && t.dtype() != DType::F32 && t.dtype() != DType::I32; }
   const Graph& g_;
@@ -185,7 +194,10 @@ class Executor {
   // Per node: the GELU node a linear computes in its forward (fwd) / whose backward its input gradient does
   // (bwd), or -1; per GELU node: whether this forward already produced its output.
   std::vector<int> gelu_fwd_, gelu_bwd_;
-  std::vector<bool> gelu_done_;
+  // Per linear: the add node it folds in (or -1) and the add's other input, the residual.
+  std::vector<int> res_add_;
+  std::vector<size_t> res_value_;
+  std::vector<bool> done_;  // per node: a fused producer already made its output in this forward
   bool fuse_ = true;
   int aliased_ = 0;
   bool have_next_loss_grad_ = false, have_loss_grad_ = false;

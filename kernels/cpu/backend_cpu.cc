@@ -33,9 +33,10 @@ class CpuBackend : public Backend {
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
                   uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/, uint16_t* y16, const uint16_t*,
-                  uint16_t* gelu16) override {
+                  uint16_t* gelu16, const float* residual) override {
     ZR_CHECK(x && w && y && !y16 && !gelu16, "16-bit activations are CUDA-only");
     cpu::linear_fwd(x, w, b, y, N, in, out);
+    if (residual) cpu::add_fwd(residual, y, y, N * out, N * out);  // residual + y, as the add op sums them
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
                   int64_t out, const uint16_t* /*x16*/, const uint16_t* /*w16: fp32 products*/,
@@ -48,6 +49,7 @@ class CpuBackend : public Backend {
     }
     cpu::linear_bwd(x, w, dy, dx.p, dw, db, N, in, out);
   }
+  bool fuses_residual() const override { return true; }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
     cpu::add_fwd(a, b, y, n, nb);
   }

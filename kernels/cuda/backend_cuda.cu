@@ -868,8 +868,10 @@ class CudaBackend : public Backend {
     gemm16(ta, tb, M, N, K, alpha, a.p, lda, sA, b.p, ldb, sB, beta, C, ldc, sC, batch);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16, uint16_t* gelu16) override {
+                  uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16, uint16_t* gelu16,
+                  const float* residual) override {
     if (N == 0 || out == 0) return;
+    ZR_CHECK(!residual || (mm_ != DType::F32 && y), "linear_fwd: the fused residual needs 16-bit products, f32 y");
     if (mm_ != DType::F32) {  // cuBLASLt, bias fused as the epilogue; x rounded into x16 when the caller keeps it
       Half xh = x16 ? Half() : to16(x, N * in), wh = w16 ? Half() : to16(w, out * in);
       if (x16 && x) round16(x, x16, N * in);    // x null: x16 already holds the 16-bit input
@@ -887,7 +889,10 @@ class CudaBackend : public Backend {
         }
       } else {
         ZR_CHECK(!gelu16, "linear_fwd: the fused GELU needs a 16-bit output");
-        lt().run(mm_, false, true, N, out, in, xp, in, wp, in, 0.f, y, out, b);
+        Epilogue e;  // y = x w^T (+ residual as C with beta 1) (+ b)
+        if (b) e.kind = Epilogue::Bias, e.vec = const_cast<float*>(b), e.vdt = DType::F32;
+        e.addend = residual;
+        lt().run(mm_, false, true, N, out, in, xp, in, wp, in, residual ? 1.f : 0.f, y, DType::F32, out, e);
       }
       return;
     }
@@ -943,6 +948,7 @@ class CudaBackend : public Backend {
   DType matmul_dtype() const override { return mm_; }
   bool activations16() const override { return mm_ != DType::F32; }
   bool fuses_gelu() const override { return mm_ != DType::F32; }
+  bool fuses_residual() const override { return mm_ != DType::F32; }
   bool attention16(int64_t hs) const override { return tensor_core_attention(hs); }
   void act_fwd16(Act act, const float* x, const uint16_t* x16, float* y, uint16_t* y16, int64_t n) override {
     const bool bf = mm_ == DType::BF16;

@@ -129,7 +129,7 @@ void LtGemm::run(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
   ZR_CHECK(cdt == DType::F32 || cdt == dt, "LtGemm writes f32 or the operands' type");
   ZR_CHECK(e.vdt == DType::F32 || e.vdt == dt, "LtGemm's bias vector is f32 or the operands' type");
   ZR_CHECK(!has_vec(e.kind) || e.vec, "LtGemm: the epilogue needs its vector");
-  ZR_CHECK(e.kind == Epilogue::None || e.kind == Epilogue::BiasGradA || beta == 0.f,
+  ZR_CHECK(e.kind == Epilogue::None || e.kind == Epilogue::Bias || e.kind == Epilogue::BiasGradA || beta == 0.f,
            "LtGemm: this epilogue needs beta = 0");
   const bool gelu = has_aux(e.kind);
   ZR_CHECK(!gelu || (e.aux && cdt == dt && e.ldaux >= N && e.ldaux % 8 == 0),
@@ -141,7 +141,8 @@ void LtGemm::run(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
   if (gelu)
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
   const float alpha = 1.f;
-  ZR_CUBLAS(cublasLtMatmul(h_, p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace_,
+  const void* cin = beta != 0.f && e.addend ? e.addend : C;
+  ZR_CUBLAS(cublasLtMatmul(h_, p.op, &alpha, B, p.a, A, p.b, &beta, cin, p.c, C, p.c, &p.algo, workspace_,
                            workspace_bytes_, 0));
 }
 

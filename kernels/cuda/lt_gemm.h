@@ -33,6 +33,7 @@ struct Epilogue {
   DType vdt = DType::F32;
   void* aux = nullptr;  // [M, N] in C's 16-bit type, row stride ldaux
   int64_t ldaux = 0;
+  const void* addend = nullptr;  // beta != 0: the C added is read from here (C's layout) rather than from C itself
 };
 
 class LtGemm {

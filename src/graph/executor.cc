@@ -51,6 +51,31 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
   for (size_t i = 0; i < node_out_.size(); ++i)
     for (size_t k = 0; k < node_out_[i].size(); ++k) out16_[i].push_back(store16(i, k));
   plan_gelu_fusions();
+  plan_residual_fusions();
+}
+
+// An add whose input comes only from a linear (f32, same block), the other input made before that linear: the
+// linear's product adds it (cuBLASLt's C with beta 1) and the add is skipped.
+void Executor::plan_residual_fusions() {
+  res_add_.assign(g_.nodes.size(), -1);
+  res_value_.assign(g_.nodes.size(), 0);
+  for (size_t a = 0; a < g_.nodes.size(); ++a) {
+    if (g_.nodes[a].op != "add" || node_in_[a].size() != 2 || node_in_[a][0] == node_in_[a][1]) continue;
+    for (size_t k : {size_t{1}, size_t{0}}) {
+      const size_t y = node_in_[a][k], r = node_in_[a][1 - k];
+      const auto [p, po] = producer_[y];
+      if (p < 0 || po != 0 || !ops_[p]->fuses_residual() || uses_[y].size() != 1 || out16_[p][0] ||
+          node_block_[p] != node_block_[a] || res_add_[p] >= 0 || producer_[r].first >= p)
+        continue;
+      res_add_[p] = static_cast<int>(a);
+      res_value_[p] = r;
+      break;
+    }
+  }
+}
+
+int Executor::residual_fusions() const {
+  return static_cast<int>(std::count_if(res_add_.begin(), res_add_.end(), [](int i) { return i >= 0; }));
 }
 
 // A GELU whose input comes only from a linear (fused into that product's epilogue) and whose output goes only
@@ -60,7 +85,7 @@ void Executor::plan_gelu_fusions() {
   fuse_ = !(env && std::strcmp(env, "0") == 0);
   gelu_fwd_.assign(g_.nodes.size(), -1);
   gelu_bwd_.assign(g_.nodes.size(), -1);
-  gelu_done_.assign(g_.nodes.size(), false);
+  done_.assign(g_.nodes.size(), false);
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     if (g_.nodes[i].op != "gelu") continue;
     const size_t v = node_in_[i][0], out = node_out_[i][0];
@@ -132,8 +157,8 @@ bool Executor::stores16(const std::string& value) const {
 
 void Executor::run_node_forward(size_t i) {
   const Node& n = g_.nodes[i];
-  if (gelu_done_[i]) {  // its producer's epilogue wrote the output
-    gelu_done_[i] = false;
+  if (done_[i]) {  // its producer's epilogue wrote the output
+    done_[i] = false;
     saved_[i].clear();
     return;
   }
@@ -144,6 +169,9 @@ void Executor::run_node_forward(size_t i) {
   const int gl = gelu_fwd_[i];
   c.fuse_gelu = fuse_ && gl >= 0 && kernels::backend(c.in.at(0).device()).fuses_gelu() &&
                 kernels::backend(c.in.at(0).device()).activations16();
+  if (fuse_ && res_add_[i] >= 0 && kernels::backend(c.in.at(0).device()).fuses_residual() &&
+      values_[res_value_[i]].defined() && values_[res_value_[i]].dtype() == DType::F32)
+    c.residual = values_[res_value_[i]];
   if (have_loss_grad_ && fuse_ && ops_[i]->is_loss() && node_out_[i].size() == 1 && node_out_[i][0] == loss_id_ &&
       !node_in_[i].empty() && uses_[node_in_[i][0]].size() == 1) {
     if (!loss_grad_t_.defined()) {
@@ -169,9 +197,14 @@ void Executor::run_node_forward(size_t i) {
     ZR_CHECK(c.out.size() == 2, "op ", n.op, " did not produce the fused GELU output");
     values_[node_out_[static_cast<size_t>(gl)][0]] = c.out[1];
     c.out.pop_back();
-    gelu_done_[static_cast<size_t>(gl)] = true;
+    done_[static_cast<size_t>(gl)] = true;
   }
   ZR_CHECK(c.out.size() == node_out_[i].size(), "op ", n.op, " produced the wrong number of outputs");
+  if (c.residual_used) {  // the add's output too: the add is skipped
+    const size_t a = static_cast<size_t>(res_add_[i]);
+    values_[node_out_[a][0]] = c.out[0];
+    done_[a] = true;
+  }
   for (size_t k = 0; k < c.out.size(); ++k) values_[node_out_[i][k]] = c.out[k];
 }
 
@@ -181,7 +214,7 @@ double Executor::forward(const std::map<std::string, Tensor>& inputs) {
 }
 
 Tensor Executor::forward_async(const std::map<std::string, Tensor>& inputs) {
-  std::fill(gelu_done_.begin(), gelu_done_.end(), false);
+  std::fill(done_.begin(), done_.end(), false);
   have_loss_grad_ = have_next_loss_grad_;
   loss_grad_ = next_loss_grad_;
   have_next_loss_grad_ = false;

@@ -267,8 +267,8 @@ TEST_CASE("a token or target outside the vocabulary on the GPU fails the forward
   REQUIRE(std::isfinite(ex.forward({{"tokens", ok.to(Device::cuda(0))}, {"targets", ok.to(Device::cuda(0))}})));
 }
 
-TEST_CASE("GELU fused into cuBLASLt's epilogues and cross-entropy's backward fused into its forward give the "
-          "unfused gradients (GPT-2, bf16)", "[cuda]") {
+TEST_CASE("GELU and the residual adds fused into cuBLASLt's products and cross-entropy's backward into its forward "
+          "give the unfused gradients (GPT-2, bf16)", "[cuda]") {
   Gpt2Spec s = testing::tiny_gpt_spec(96, 128);
   s.n_head = 2;
   s.n_ctx = 80;
@@ -278,6 +278,7 @@ TEST_CASE("GELU fused into cuBLASLt's epilogues and cross-entropy's backward fus
     Executor ex(m.graph, none, none);
     REQUIRE(ex.gelu_forward_fusions() == s.n_layer);
     REQUIRE(ex.gelu_backward_fusions() == s.n_layer);
+    REQUIRE(ex.residual_fusions() == 2 * s.n_layer);
   }
   Grads fused = grads_on(m, 96, 2, 80, Device::cuda(0), true);
   setenv("ZERORUN_FUSE", "0", 1);

@@ -56,7 +56,8 @@ TEST_CASE("activation checkpointing is bitwise identical", "[train]") {
   for (auto& [k, t] : w1) REQUIRE(std::memcmp(t.raw(), w2[k].raw(), t.nbytes()) == 0);
 }
 
-TEST_CASE("residual adds hand their output gradient to both inputs uncopied; gradients are bitwise unchanged",
+TEST_CASE("residual adds fold into the projections' products and hand their output gradient to both inputs "
+          "uncopied; loss and gradients are bitwise unchanged",
           "[train]") {
   Model g = tiny_gpt();
   Tensor tok = Tensor::empty({2, 16}, DType::I32), tgt = Tensor::empty({2, 16}, DType::I32);
@@ -69,9 +70,11 @@ TEST_CASE("residual adds hand their output gradient to both inputs uncopied; gra
       gr[k] = Tensor::zeros(t.shape(), DType::F32);
     }
     Executor ex(g.graph, p, gr);
-    ex.forward({{"tokens", tok}, {"targets", tgt}});
+    const double loss = ex.forward({{"tokens", tok}, {"targets", tgt}});
     ex.backward(1.f);
     *shared = ex.shared_grads();
+    gr["loss"] = Tensor::empty({1}, DType::F32);
+    gr["loss"].f32()[0] = static_cast<float>(loss);
     return gr;
   };
   int on = 0, off = 0;
@@ -211,4 +214,7 @@ TEST_CASE("16-bit storage plan: what feeds only 16-bit readers is stored in 16 b
   CHECK(ex.gelu_backward_fusions() == 2);
   CHECK(el.gelu_forward_fusions() == 0);
   CHECK(el.gelu_backward_fusions() == 0);
+  // Residual adds folded into the projection before them: attention's and the MLP's in every block (Llama too).
+  CHECK(ex.residual_fusions() == 4);
+  CHECK(el.residual_fusions() == 2);
 }

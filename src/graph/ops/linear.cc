@@ -28,6 +28,7 @@ class Linear : public Op {
     const bool out16 = want16(c, 0);  // every consumer reads 16-bit storage
     ZR_CHECK(!c.fuse_gelu || out16, "linear: a fused GELU needs 16-bit storage");
     Tensor y = out16 ? new_out16(c, os) : new_out(os, device_of(c));
+    c.residual_used = !out16 && c.residual.defined() && c.residual.shape() == os;
     Tensor g = c.fuse_gelu ? new_out16(c, os) : Tensor();
     const float* b = c.params.count("bias") ? c.param("bias").f32() : nullptr;
     // 16-bit products: input and weight are rounded once here, the rounded copies (half the bytes) kept
@@ -49,13 +50,15 @@ class Linear : public Op {
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<uint16_t*>(t.raw()) : nullptr; };
     be(c).linear_fwd(in16 ? nullptr : x.f32(), w_kept ? nullptr : w.f32(), b, out16 ? nullptr : y.f32(),
                      rows_of(x.shape()), w.dim(1), w.dim(0), in16 ? static_cast<uint16_t*>(x.raw()) : bits(x16),
-                     bits(w16), out16 ? static_cast<uint16_t*>(y.raw()) : nullptr, bits(b16), bits(g));
+                     bits(w16), out16 ? static_cast<uint16_t*>(y.raw()) : nullptr, bits(b16), bits(g),
+                     c.residual_used ? c.residual.f32() : nullptr);
     c.out = {y};
     if (g.defined()) c.out.push_back(g);
     *c.saved = {x16, w16};
   }
   bool writes_grad(size_t) const override { return true; }
   bool fuses_gelu() const override { return true; }
+  bool fuses_residual() const override { return true; }
   bool takes16(size_t) const override { return true; }
   bool emits16(size_t) const override { return true; }
   bool takes_dout16(size_t) const override { return true; }
