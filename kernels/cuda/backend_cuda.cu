@@ -352,70 +352,6 @@ __global__ void __launch_bounds__(256)
     __syncthreads();
   }
 }
-// k_ln_bwd_fused with 16-byte accesses (C % 4 == 0, rows 16-byte aligned): each lane takes four adjacent columns
-// of every 128, J = ceil(C / 128) such groups held in registers.
-__device__ inline float4 f4(float v) { return make_float4(v, v, v, v); }
-__device__ inline float4 operator+(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
-__device__ inline float4 operator*(float4 a, float4 b) { return make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w); }
-__device__ inline float4 operator-(float4 a, float4 b) { return make_float4(a.x - b.x, a.y - b.y, a.z - b.z, a.w - b.w); }
-template <class D, int J>
-__global__ void __launch_bounds__(256)
-    k_ln_bwd_v4(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, float* dx, bool acc,
-                int64_t N, int64_t C, int64_t rows_per, float* part, bool bf) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t r0 = blockIdx.x * rows_per, r1 = min(N, r0 + rows_per), C4 = C / 4;
-  float4 gw[J], gb[J], wv[J];
-#pragma unroll
-  for (int j = 0; j < J; ++j) {
-    const int64_t q = lane + 32 * j;
-    gw[j] = gb[j] = f4(0.f);
-    wv[j] = q < C4 ? reinterpret_cast<const float4*>(w)[q] : f4(0.f);
-  }
-  for (int64_t row = r0 + warp; row < r1; row += 8) {
-    const float4* xr = reinterpret_cast<const float4*>(x + row * C);
-    const D* dr = dy + row * C;
-    const float mu = mean[row], rs = rstd[row];
-    float4 xh[J], d[J];
-    float s1 = 0.f, s2 = 0.f;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int64_t q = lane + 32 * j;
-      xh[j] = q < C4 ? (xr[q] - f4(mu)) * f4(rs) : f4(0.f);
-      d[j] = q < C4 ? ldv4(dr, q, bf) : f4(0.f);
-      const float4 g = d[j] * wv[j];
-      s1 += g.x + g.y + g.z + g.w;
-      s2 += g.x * xh[j].x + g.y * xh[j].y + g.z * xh[j].z + g.w * xh[j].w;
-    }
-    s1 = warp_sum(s1) / C;
-    s2 = warp_sum(s2) / C;
-#pragma unroll
-    for (int j = 0; j < J; ++j) {
-      const int64_t q = lane + 32 * j;
-      if (q >= C4) continue;
-      if (dx) {
-        float4 v = (d[j] * wv[j] - f4(s1) - xh[j] * f4(s2)) * f4(rs);
-        float4* o = reinterpret_cast<float4*>(dx + row * C) + q;
-        if (acc) v = v + *o;
-        *o = v;
-      }
-      gw[j] = gw[j] + d[j] * xh[j];
-      gb[j] = gb[j] + d[j];
-    }
-  }
-  __shared__ float sh[8][128 * J];
-  for (int pass = 0; pass < 2; ++pass) {  // dw, then db: add the 8 warps' sums in warp order
-#pragma unroll
-    for (int j = 0; j < J; ++j) reinterpret_cast<float4*>(sh[warp])[lane + 32 * j] = pass == 0 ? gw[j] : gb[j];
-    __syncthreads();
-    for (int64_t c = threadIdx.x; c < C; c += 256) {
-      float v = 0.f;
-#pragma unroll
-      for (int q = 0; q < 8; ++q) v += sh[q][c];
-      part[(2 * blockIdx.x + pass) * C + c] = v;
-    }
-    __syncthreads();
-  }
-}
 // Column sums of an N x C matrix, two at a time (layernorm's dw and db share a
 // pass), without atomics so results are bitwise reproducible: blocks of 32
 // columns x a chunk of rows write partial sums, a second kernel adds the
@@ -1374,19 +1310,7 @@ class CudaBackend : public Backend {
       kernel<<<static_cast<unsigned>(chunks), 256>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, rows_per, part.p, bf);
       ZR_CUDA(cudaGetLastError());
     };
-    auto a16 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-    const bool v4 = C % 4 == 0 && a16(x) && a16(w) && (!dx.p || a16(dx.p)) &&
-                    reinterpret_cast<uintptr_t>(dy) % (4 * sizeof(D)) == 0;
-    if (v4) {  // 16-byte accesses
-      if (C <= 256)
-        go(k_ln_bwd_v4<D, 2>);
-      else if (C <= 512)
-        go(k_ln_bwd_v4<D, 4>);
-      else if (C <= 768)
-        go(k_ln_bwd_v4<D, 6>);
-      else
-        go(k_ln_bwd_v4<D, 8>);
-    } else if (C <= 256)
+    if (C <= 256)
       go(k_ln_bwd_fused<D, 8>);
     else if (C <= 512)
       go(k_ln_bwd_fused<D, 16>);

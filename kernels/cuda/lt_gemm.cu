@@ -1,10 +1,6 @@
 // See lt_gemm.h. Row-major C [M, N] is column-major C^T [N, M] = op(B)^T op(A)^T,
 // so cuBLASLt's A is our B and its B our A; the bias epilogue adds bias[row]
 // of the column-major result, i.e. bias[column] of ours, and its BGRADB sums our op(A) over K.
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
 #include "cuda_check.h"
 #include "lt_gemm.h"
 #include "zerorun/cuda_rt.h"
@@ -15,9 +11,6 @@ struct LtGemm::Plan {
   cublasLtMatmulDesc_t op{};
   cublasLtMatrixLayout_t a{}, b{}, c{};
   cublasLtMatmulAlgo_t algo{};
-  // Where the heuristic's first choice is worth checking (fused epilogues): its other candidates, timed on the
-  // first run into scratch outputs, the fastest kept.
-  std::vector<cublasLtMatmulAlgo_t> candidates;
   ~Plan() {
     if (c) cublasLtMatrixLayoutDestroy(c);
     if (b) cublasLtMatrixLayoutDestroy(b);
@@ -31,8 +24,6 @@ LtGemm::LtGemm() {
   workspace_bytes_ = 32u << 20;
   ZR_CUDA(cudaGetDevice(&dev_));
   workspace_ = cuda::device_alloc(workspace_bytes_, dev_);
-  const char* t = std::getenv("ZERORUN_LT_TUNE");
-  tune_ = !(t && std::strcmp(t, "0") == 0);
 }
 
 LtGemm::~LtGemm() {
@@ -123,61 +114,13 @@ LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int
       pref_guard(pref, &cublasLtMatmulPreferenceDestroy);
   ZR_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_,
                                                  sizeof workspace_bytes_));
-  // GELU epilogues and the residual product (beta 1 from another buffer): the first choice measured 20-60% slower
-  // than the plain product on the H200, so the heuristic's other candidates get timed.
-  const bool tune = tune_ && (has_aux(e.kind) || (e.kind == Epilogue::Bias && beta != 0.f));
-  cublasLtMatmulHeuristicResult_t heur[8] = {};
+  cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(h_, p->op, p->a, p->b, p->c, p->c, pref, tune ? 8 : 1, heur, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h_, p->op, p->a, p->b, p->c, p->c, pref, 1, &heur, &found);
   ZR_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuBLASLt has no algorithm for a ", M, "x", K, " by ", K, "x",
            N, " product into ", dtype_name(cdt), epilogue_name(e.kind), " (", dtype_name(e.vdt), " vector)");
-  p->algo = heur[0].algo;
-  if (tune && found > 1)
-    for (int i = 0; i < found; ++i) p->candidates.push_back(heur[i].algo);
+  p->algo = heur.algo;
   return *plans_.emplace(key, std::move(p)).first->second;
-}
-
-// Times each candidate (one warm-up, three timed runs) writing into scratch copies of what the product writes (C, and
-// GELU's kept input in the forward), so the real outputs are untouched; keeps the fastest.
-void LtGemm::tune(Plan& p, int64_t M, const void* A, const void* B, float beta, void* C, DType cdt, int64_t ldc,
-                  const Epilogue& e) {
-  const size_t esz = cdt == DType::F32 ? 4 : 2, cbytes = static_cast<size_t>(M * ldc) * esz;
-  const bool writes_aux = e.kind == Epilogue::GeluAux || e.kind == Epilogue::GeluAuxBias;
-  const size_t abytes = writes_aux ? static_cast<size_t>(M * e.ldaux) * 2 : 0;
-  void* sc = cuda::device_alloc(cbytes, dev_);
-  void* sa = abytes ? cuda::device_alloc(abytes, dev_) : nullptr;
-  if (has_vec(e.kind))
-    ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.vec, sizeof e.vec));
-  if (has_aux(e.kind)) {
-    void* aux = sa ? sa : e.aux;
-    ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-  }
-  const float alpha = 1.f;
-  const void* cin = beta != 0.f ? (e.addend ? e.addend : C) : sc;
-  cudaEvent_t t0, t1;
-  ZR_CUDA(cudaEventCreate(&t0));
-  ZR_CUDA(cudaEventCreate(&t1));
-  float best = 0.f;
-  for (auto& algo : p.candidates) {
-    auto go = [&] {
-      return cublasLtMatmul(h_, p.op, &alpha, B, p.a, A, p.b, &beta, cin, p.c, sc, p.c, &algo, workspace_,
-                            workspace_bytes_, 0);
-    };
-    if (go() != CUBLAS_STATUS_SUCCESS) continue;
-    ZR_CUDA(cudaEventRecord(t0, 0));
-    for (int r = 0; r < 3; ++r) go();
-    ZR_CUDA(cudaEventRecord(t1, 0));
-    ZR_CUDA(cudaEventSynchronize(t1));
-    float ms = 0.f;
-    ZR_CUDA(cudaEventElapsedTime(&ms, t0, t1));
-    if (best == 0.f || ms < best) best = ms, p.algo = algo;
-  }
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
-  p.candidates.clear();
-  cuda::device_free(sc, cbytes, dev_);
-  if (sa) cuda::device_free(sa, abytes, dev_);
 }
 
 void LtGemm::run(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void* A, int64_t lda, const void* B,
@@ -193,7 +136,6 @@ void LtGemm::run(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
            "LtGemm: the GELU epilogues need a 16-bit output and a kept input with a row stride >= N, divisible by 8");
   if (M == 0 || N == 0) return;
   Plan& p = plan(dt, ta, tb, M, N, K, lda, ldb, beta, cdt, ldc, e);
-  if (!p.candidates.empty()) tune(p, M, A, B, beta, C, cdt, ldc, e);
   if (has_vec(e.kind))
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.vec, sizeof e.vec));
   if (gelu)

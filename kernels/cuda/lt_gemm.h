@@ -4,8 +4,7 @@
 // gradient summed from op(A), GELU (+ bias) keeping its input, or GELU's gradient (+ its bias gradient) from
 // that kept input. Plans (descriptors + the heuristic's first algorithm) are cached per shape. Timing the
 // heuristic's top 8 candidates per shape was tried on the H200 and gained
-// nothing for plain products at GPT-2 shapes (176k vs 178k tok/s), so there the first choice is kept; the fused
-// GELU and residual products time theirs once (LtGemm::tune).
+// nothing at GPT-2 shapes (176k vs 178k tok/s), so the first choice is kept.
 #pragma once
 #include <cublasLt.h>
 
@@ -63,10 +62,7 @@ class LtGemm {
   struct Plan;
   Plan& plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, float beta,
              DType cdt, int64_t ldc, const Epilogue& e);
-  void tune(Plan& p, int64_t M, const void* A, const void* B, float beta, void* C, DType cdt, int64_t ldc,
-            const Epilogue& e);
   cublasLtHandle_t h_{};
-  bool tune_ = true;  // ZERORUN_LT_TUNE=0: always the heuristic's first choice
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int dev_ = 0;
