@@ -31,7 +31,7 @@ TAIL=40 part ncu_step_124m 120 bash bench/ncu_step.sh
 echo '{"train_micro_batch_size_per_gpu": 8, "bf16": {"enabled": true}, "steps_per_print": 1000}' >"$W/p.json"
 ZERORUN_PROFILE=host TAIL=30 part host_profile_124m 60 "$ZR" --device cuda --config "$W/p.json" "$W/p.bin" --steps 30
 ZERORUN_FUSE=0 NO_TORCH=1 BENCH_DIR=$W/ab TAIL=3 part unfused_124m 90 bash bench/bench_gpt2.sh 124M 8
-BENCH_DIR=$W/bench TAIL=8 part bench_gpt2 330 bash bench/bench_gpt2.sh "${SIZES:-124M 350M 1.5B}" 8
+BENCH_DIR=$W/bench TAIL=8 part bench_gpt2 420 bash bench/bench_gpt2.sh "${SIZES:-124M 350M 1.5B}" 8
 MODEL=$W/bench/m-1.5B.bin TAIL=8 part offload_1p5b 100 bash bench/offload_1p5b.sh 3
 G=$(nvidia-smi -L 2>/dev/null | wc -l)
 [[ $G -ge 2 ]] && TAIL=40 part multi_gpu 560 bash tests/run_multi_gpu.sh "$OUTD"
