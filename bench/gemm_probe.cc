@@ -74,7 +74,8 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
     Epilogue e{Epilogue::BiasGradA, vec, DType::F32};
     double fused = -1, err = -1;
     try {
-      fused = zerorun::probe::event_ms([&] { lt.run(bf, true, false, F, C, M, dy, F, x, C, 1.f, dw, DType::F32, C, e); });
+      fused =
+          zerorun::probe::event_ms([&] { lt.run(bf, true, false, F, C, M, dy, F, x, C, 1.f, dw, DType::F32, C, e); });
       const auto db = down32(vec, F);
       err = 0;
       for (int64_t j = 0; j < F; ++j) {
@@ -85,13 +86,14 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
     } catch (const std::exception& ex) {
       std::fprintf(stderr, "dw with bias gradient: %s\n", ex.what());
     }
-    std::printf("{\"epilogue\": \"dw + bias grad (fc)\", \"plain_ms\": %.4f, \"fused_ms\": %.4f, \"max_rel_err\": %.3g}\n",
-                plain, fused, err);
+    std::printf(
+        "{\"epilogue\": \"dw + bias grad (fc)\", \"plain_ms\": %.4f, \"fused_ms\": %.4f, \"max_rel_err\": %.3g}\n",
+        plain, fused, err);
   }
   // 2. fc forward: aux = X W^T + b, Y = gelu(aux), both bf16.
   {
-    const double plain = zerorun::probe::event_ms(
-        [&] { lt.run(bf, false, true, M, F, C, x, C, w, C, 0.f, y, bf, F, b16, bf); });
+    const double plain =
+        zerorun::probe::event_ms([&] { lt.run(bf, false, true, M, F, C, x, C, w, C, 0.f, y, bf, F, b16, bf); });
     Epilogue e{Epilogue::GeluAuxBias, b16, bf, aux, F};
     double fused = -1, err = -1;
     try {
@@ -113,16 +115,17 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
   }
   // 3. fc_proj input gradient: dH[M, F] = (dY[M, C] W2[C, F]) * gelu'(aux), db1[F] = column sums of dH.
   {
-    const double plain = zerorun::probe::event_ms(
-        [&] { lt.run(bf, false, false, M, F, C, dy, C, w, F, 0.f, y, bf, F, nullptr, bf); });
+    const double plain =
+        zerorun::probe::event_ms([&] { lt.run(bf, false, false, M, F, C, dy, C, w, F, 0.f, y, bf, F, nullptr, bf); });
     hdy.resize(M * C);  // the first M*C values of dy serve as dY [M, C]; w viewed as W2 [C, F]
     struct V {
       Epilogue::Kind kind;
       DType vdt;
       const char* name;
     };
-    for (const V& v : {V{Epilogue::DGelu, DType::F32, "dgelu"}, V{Epilogue::DGeluBiasGrad, DType::F32, "dgelu + f32 bias grad"},
-                       V{Epilogue::DGeluBiasGrad, bf, "dgelu + bf16 bias grad"}}) {
+    for (const V& v :
+         {V{Epilogue::DGelu, DType::F32, "dgelu"}, V{Epilogue::DGeluBiasGrad, DType::F32, "dgelu + f32 bias grad"},
+          V{Epilogue::DGeluBiasGrad, bf, "dgelu + bf16 bias grad"}}) {
       Epilogue e{v.kind, vec, v.vdt, aux, F};
       double fused = -1, err = -1, err_db = -1;
       try {
@@ -215,8 +218,8 @@ int main(int argc, char** argv) {
         "\"fwd_bf16out_f32bias_tflops\": %.1f, \"fwd_bf16out_bf16bias_tflops\": %.1f, \"fwd_bf16out_tflops\": %.1f, "
         "\"fwd_f32out_bias_residual_tflops\": %.1f, \"dx_f32_tflops\": %.1f, \"dx_bf16_tflops\": %.1f, "
         "\"dw_f32acc_tflops\": %.1f}\n",
-        s.name, (long long)M, (long long)s.K, (long long)s.N, tf(f32b), tf(f16b), tf(f16bb), tf(f16), tf(f32res), tf(dx32),
-        tf(dx16), tf(dwt));
+        s.name, (long long)M, (long long)s.K, (long long)s.N, tf(f32b), tf(f16b), tf(f16bb), tf(f16), tf(f32res),
+        tf(dx32), tf(dx16), tf(dwt));
     for (void* p : {x, w, dy, y32, y16, b32, b16, dw}) cudaFree(p);
   }
   epilogues(lt, M);

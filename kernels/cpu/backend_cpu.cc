@@ -32,15 +32,15 @@ class CpuBackend : public Backend {
                   A + i * sA, lda, B + i * sB, ldb, beta, C + i * sC, ldc);
   }
   void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
-                  uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/, uint16_t* y16, const uint16_t*,
-                  uint16_t* gelu16, const float* residual) override {
+                  uint16_t* /*x16*/, uint16_t* /*w16: fp32 products*/, uint16_t* y16, const uint16_t*, uint16_t* gelu16,
+                  const float* residual) override {
     ZR_CHECK(x && w && y && !y16 && !gelu16, "16-bit activations are CUDA-only");
     cpu::linear_fwd(x, w, b, y, N, in, out);
     if (residual) cpu::add_fwd(residual, y, y, N * out, N * out);  // residual + y, as the add op sums them
   }
   void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
-                  int64_t out, const uint16_t* /*x16*/, const uint16_t* /*w16: fp32 products*/,
-                  const uint16_t* dy16, const uint16_t* dgelu16) override {
+                  int64_t out, const uint16_t* /*x16*/, const uint16_t* /*w16: fp32 products*/, const uint16_t* dy16,
+                  const uint16_t* dgelu16) override {
     ZR_CHECK(dy && !dy16 && !dgelu16, "16-bit activations are CUDA-only");
     ZR_CHECK(!dx.h, "16-bit gradients are CUDA-only");
     if (dx && !dx.acc) {  // overwrite: the dx product with beta 0 (C is not read), no zero-fill

@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "cuda_check.h"

@@ -72,15 +72,30 @@ const char* epilogue_name(Epilogue::Kind k) {
       return "";
   }
 }
-bool has_vec(Epilogue::Kind k) { return k == Epilogue::Bias || k == Epilogue::BiasGradA || k == Epilogue::GeluAuxBias || k == Epilogue::DGeluBiasGrad; }
-bool has_aux(Epilogue::Kind k) { return k == Epilogue::GeluAux || k == Epilogue::GeluAuxBias || k == Epilogue::DGelu || k == Epilogue::DGeluBiasGrad; }
+bool has_vec(Epilogue::Kind k) {
+  return k == Epilogue::Bias || k == Epilogue::BiasGradA || k == Epilogue::GeluAuxBias || k == Epilogue::DGeluBiasGrad;
+}
+bool has_aux(Epilogue::Kind k) {
+  return k == Epilogue::GeluAux || k == Epilogue::GeluAuxBias || k == Epilogue::DGelu || k == Epilogue::DGeluBiasGrad;
+}
 }  // namespace
 
 LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                            float beta, DType cdt, int64_t ldc, const Epilogue& e) {
-  const std::array<int64_t, 14> key = {static_cast<int64_t>(dt),  ta, tb, M, N, K, lda, ldb, ldc, beta != 0.f,
-                                       static_cast<int64_t>(e.kind), static_cast<int64_t>(cdt),
-                                       static_cast<int64_t>(e.vdt), e.ldaux};
+  const std::array<int64_t, 14> key = {static_cast<int64_t>(dt),
+                                       ta,
+                                       tb,
+                                       M,
+                                       N,
+                                       K,
+                                       lda,
+                                       ldb,
+                                       ldc,
+                                       beta != 0.f,
+                                       static_cast<int64_t>(e.kind),
+                                       static_cast<int64_t>(cdt),
+                                       static_cast<int64_t>(e.vdt),
+                                       e.ldaux};
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto p = std::make_unique<Plan>();
@@ -99,8 +114,7 @@ LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int
     if (has_aux(e.kind)) {
       const int32_t at = cuda_type(cdt);
       ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at));
-      ZR_CUBLAS(
-          cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.ldaux, sizeof e.ldaux));
+      ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.ldaux, sizeof e.ldaux));
     }
   }
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
@@ -117,8 +131,8 @@ LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h_, p->op, p->a, p->b, p->c, p->c, pref, 1, &heur, &found);
-  ZR_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuBLASLt has no algorithm for a ", M, "x", K, " by ", K, "x",
-           N, " product into ", dtype_name(cdt), epilogue_name(e.kind), " (", dtype_name(e.vdt), " vector)");
+  ZR_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuBLASLt has no algorithm for a ", M, "x", K, " by ", K, "x", N,
+           " product into ", dtype_name(cdt), epilogue_name(e.kind), " (", dtype_name(e.vdt), " vector)");
   p->algo = heur.algo;
   return *plans_.emplace(key, std::move(p)).first->second;
 }

@@ -1,6 +1,9 @@
 // Runs a validated graph: forward in node order, backward in reverse with
 // gradient accumulation, block hooks, and activation checkpointing
 // (a checkpointed block drops what it saved and recomputes in backward).
+// It also fuses neighbouring nodes where the backend can (planned once from the graph, ZERORUN_FUSE=0 turns it
+// off): GELU into the linears on both sides, residual adds into the projection before them, an add's input
+// gradients as its output gradient itself, and the loss op's backward into its forward when d(loss) is announced.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>

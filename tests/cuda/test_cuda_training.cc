@@ -267,8 +267,10 @@ TEST_CASE("a token or target outside the vocabulary on the GPU fails the forward
   REQUIRE(std::isfinite(ex.forward({{"tokens", ok.to(Device::cuda(0))}, {"targets", ok.to(Device::cuda(0))}})));
 }
 
-TEST_CASE("GELU and the residual adds fused into cuBLASLt's products and cross-entropy's backward into its forward "
-          "give the unfused gradients (GPT-2, bf16)", "[cuda]") {
+TEST_CASE(
+    "GELU and the residual adds fused into cuBLASLt's products and cross-entropy's backward into its forward "
+    "give the unfused gradients (GPT-2, bf16)",
+    "[cuda]") {
   Gpt2Spec s = testing::tiny_gpt_spec(96, 128);
   s.n_head = 2;
   s.n_ctx = 80;

@@ -56,9 +56,10 @@ TEST_CASE("activation checkpointing is bitwise identical", "[train]") {
   for (auto& [k, t] : w1) REQUIRE(std::memcmp(t.raw(), w2[k].raw(), t.nbytes()) == 0);
 }
 
-TEST_CASE("residual adds fold into the projections' products and hand their output gradient to both inputs "
-          "uncopied; loss and gradients are bitwise unchanged",
-          "[train]") {
+TEST_CASE(
+    "residual adds fold into the projections' products and hand their output gradient to both inputs "
+    "uncopied; loss and gradients are bitwise unchanged",
+    "[train]") {
   Model g = tiny_gpt();
   Tensor tok = Tensor::empty({2, 16}, DType::I32), tgt = Tensor::empty({2, 16}, DType::I32);
   for (int64_t i = 0; i < 32; ++i) tok.i32()[i] = static_cast<int32_t>((i * 7 + 1) % 64);
@@ -189,9 +190,10 @@ TEST_CASE("zerorun estimate's model-state bytes are what the engine allocates", 
   CHECK_THROWS_WITH(zero::estimate_model_states(1, 4, 1, false, false, false, false), Catch::Contains("stage"));
 }
 
-TEST_CASE("16-bit storage plan: what feeds only 16-bit readers is stored in 16 bits, the residual stream is not; "
-          "GELU fuses into the linears on both sides",
-          "[train]") {
+TEST_CASE(
+    "16-bit storage plan: what feeds only 16-bit readers is stored in 16 bits, the residual stream is not; "
+    "GELU fuses into the linears on both sides",
+    "[train]") {
   Model g = tiny_gpt();
   std::map<std::string, Tensor> none;
   Executor ex(g.graph, none, none);
