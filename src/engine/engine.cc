@@ -512,13 +512,13 @@ ModelStateBytes Engine::model_state_bytes() const {
 
 std::string Engine::memory_report() const {
   ModelStateBytes b = model_state_bytes();
-  MemStats s = mem_stats();
+  MemStats s = mem_stats(), act = mem_stats(!dev_.is_cpu());  // activations live where the model runs
   std::ostringstream os;
   os.precision(3);
   os << std::fixed << "memory rank " << comm_.rank() << (dev_.is_cpu() ? "" : " (cuda)")
      << ": model states params=" << b.params / 1048576.0 << "MiB grads=" << b.grads / 1048576.0
      << "MiB optimizer=" << b.optimizer / 1048576.0
-     << "MiB | activations peak=" << s.peak[static_cast<size_t>(MemCategory::Activations)] / 1048576.0
+     << "MiB | activations peak=" << act.peak[static_cast<size_t>(MemCategory::Activations)] / 1048576.0
      << "MiB | process peak=" << s.total_peak / 1048576.0 << "MiB";
   if (!dev_.is_cpu()) os << " | device peak=" << mem_stats(true).total_peak / 1048576.0 << "MiB";
   return os.str();

@@ -7,6 +7,7 @@
 
 #include "tests/common/tiny.h"
 #include "zerorun/engine.h"
+#include "zerorun/rng.h"
 #include "zerorun/zero_plan.h"
 
 using namespace zerorun;
@@ -86,6 +87,70 @@ TEST_CASE(
   CHECK(on == (2 * 2 + 1) * 2);  // two blocks of two residual adds, and token + position embeddings: both inputs
   CHECK(off == 0);
   for (auto& [k, t] : a) REQUIRE(std::memcmp(t.raw(), b[k].raw(), t.nbytes()) == 0);
+}
+
+TEST_CASE("residual folding only where the linear's output has one use, the residual is ready, and shapes match",
+          "[train]") {
+  Graph g;
+  g.inputs = {{"x", DType::F32, {"B", "8"}}, {"y", DType::F32, {"B", "8"}}, {"bvec", DType::F32, {"8"}}};
+  g.blocks = {"b"};
+  auto node = [&](const char* op, std::vector<std::string> in, const char* out, const char* w = nullptr) {
+    Node n;
+    n.op = op;
+    n.block = "b";
+    n.in = std::move(in);
+    n.out = {out};
+    if (w) n.params["weight"] = w;
+    g.nodes.push_back(n);
+  };
+  node("linear", {"x"}, "a", "w1");
+  node("linear", {"x"}, "c", "w2");
+  node("add", {"a", "c"}, "s1");  // folds into c's linear (a is made before it)
+  node("linear", {"s1"}, "d", "w3");
+  node("add", {"s1", "d"}, "s2");  // d has two uses: not folded
+  node("linear", {"d"}, "e", "w4");
+  node("add", {"e", "bvec"}, "s3");  // planned into e's linear, but bvec broadcasts: the add runs
+  node("add", {"s2", "s3"}, "f");
+  node("mse", {"f", "y"}, "loss");
+  g.loss = "loss";
+  std::map<std::string, Shape> shapes = {{"w1", {8, 8}}, {"w2", {8, 8}}, {"w3", {8, 8}}, {"w4", {8, 8}}};
+  g.validate(shapes, {{"B", 3}});
+  Rng r(5);
+  std::map<std::string, Tensor> w;
+  for (auto& [k, sh] : shapes) {
+    w[k] = Tensor::empty(sh, DType::F32);
+    for (int64_t i = 0; i < w[k].numel(); ++i) w[k].f32()[i] = static_cast<float>(r.uniform() - 0.5);
+  }
+  std::map<std::string, Tensor> in;
+  for (auto [k, n] : {std::pair<const char*, int64_t>{"x", 24}, {"y", 24}, {"bvec", 8}}) {
+    in[k] = Tensor::empty(n == 8 ? Shape{8} : Shape{3, 8}, DType::F32);
+    for (int64_t i = 0; i < n; ++i) in[k].f32()[i] = static_cast<float>(r.uniform() - 0.5);
+  }
+  auto run = [&](int* planned) {
+    std::map<std::string, Tensor> p, gr;
+    for (auto& [k, t] : w) {
+      p[k] = t;
+      gr[k] = Tensor::zeros(t.shape(), DType::F32);
+    }
+    Executor ex(g, p, gr);
+    *planned = ex.residual_fusions();
+    const double loss = ex.forward(in);
+    ex.backward(1.f);
+    gr["loss"] = Tensor::empty({1}, DType::F32);
+    gr["loss"].f32()[0] = static_cast<float>(loss);
+    return gr;
+  };
+  int on = 0, off = 0;
+  auto a = run(&on);
+  setenv("ZERORUN_FUSE", "0", 1);
+  auto b = run(&off);
+  unsetenv("ZERORUN_FUSE");
+  CHECK(on == 2);
+  CHECK(off == 2);  // the plan is the graph's; ZERORUN_FUSE=0 only stops its use
+  for (auto& [k, t] : a) {
+    INFO(k);
+    REQUIRE(std::memcmp(t.raw(), b[k].raw(), t.nbytes()) == 0);
+  }
 }
 
 TEST_CASE("a d(loss) announced before the forward must be the backward's", "[train]") {
