@@ -69,7 +69,8 @@ class Backend {
   virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
                           int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16,
                           const uint16_t* dgelu16) = 0;
-  // Whether linear_fwd / linear_bwd take gelu16 / dgelu16 (CUDA 16-bit runs: cuBLASLt's GELU epilogues).
+  // Whether linear_fwd / linear_bwd take gelu16 / dgelu16 (CUDA 16-bit runs: cuBLASLt's GELU epilogues; implies
+  // activations16()).
   virtual bool fuses_gelu() const { return false; }
   virtual bool fuses_residual() const { return false; }
   // 16-bit activation storage (CUDA in 16-bit runs): outputs written in the matmul dtype, and which

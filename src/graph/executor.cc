@@ -53,9 +53,18 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
   out16_.resize(node_out_.size());
   for (size_t i = 0; i < node_out_.size(); ++i)
     for (size_t k = 0; k < node_out_[i].size(); ++k) out16_[i].push_back(store16(i, k));
+  const char* env = std::getenv("ZERORUN_FUSE");
+  fuse_ = !(env && std::strcmp(env, "0") == 0);
+  done_.assign(g_.nodes.size(), false);
   plan_gelu_fusions();
   plan_residual_fusions();
 }
+
+namespace {
+int planned(const std::vector<int>& per_node) {  // entries naming a fused partner node
+  return static_cast<int>(std::count_if(per_node.begin(), per_node.end(), [](int i) { return i >= 0; }));
+}
+}  // namespace
 
 // An add whose input comes only from a linear (f32, same block), the other input made before that linear: the
 // linear's product adds it (cuBLASLt's C with beta 1) and the add is skipped.
@@ -77,18 +86,13 @@ void Executor::plan_residual_fusions() {
   }
 }
 
-int Executor::residual_fusions() const {
-  return static_cast<int>(std::count_if(res_add_.begin(), res_add_.end(), [](int i) { return i >= 0; }));
-}
+int Executor::residual_fusions() const { return planned(res_add_); }
 
 // A GELU whose input comes only from a linear (fused into that product's epilogue) and whose output goes only
 // to a linear (whose input gradient then applies GELU's derivative too), values 16-bit, all in one block.
 void Executor::plan_gelu_fusions() {
-  const char* env = std::getenv("ZERORUN_FUSE");
-  fuse_ = !(env && std::strcmp(env, "0") == 0);
   gelu_fwd_.assign(g_.nodes.size(), -1);
   gelu_bwd_.assign(g_.nodes.size(), -1);
-  done_.assign(g_.nodes.size(), false);
   for (size_t i = 0; i < g_.nodes.size(); ++i) {
     if (g_.nodes[i].op != "gelu") continue;
     const size_t v = node_in_[i][0], out = node_out_[i][0];
@@ -136,12 +140,8 @@ std::vector<bool> Executor::grad_aliases(size_t i, const std::vector<Tensor>& do
   return a;
 }
 
-int Executor::gelu_forward_fusions() const {
-  return static_cast<int>(std::count_if(gelu_fwd_.begin(), gelu_fwd_.end(), [](int i) { return i >= 0; }));
-}
-int Executor::gelu_backward_fusions() const {
-  return static_cast<int>(std::count_if(gelu_bwd_.begin(), gelu_bwd_.end(), [](int i) { return i >= 0; }));
-}
+int Executor::gelu_forward_fusions() const { return planned(gelu_fwd_); }
+int Executor::gelu_backward_fusions() const { return planned(gelu_bwd_); }
 
 bool Executor::store16(size_t i, size_t out) const {
   const size_t v = node_out_[i][out];
@@ -169,17 +169,18 @@ void Executor::run_node_forward(size_t i) {
   c.node = &n;
   for (auto v : node_in_[i]) c.in.push_back(values_[v]);
   c.out16 = out16_[i];
+  const Device dev = c.in.at(0).device();
+  kernels::Backend& be = kernels::backend(dev);
   const int gl = gelu_fwd_[i];
-  c.fuse_gelu = fuse_ && gl >= 0 && kernels::backend(c.in.at(0).device()).fuses_gelu() &&
-                kernels::backend(c.in.at(0).device()).activations16();
-  if (fuse_ && res_add_[i] >= 0 && kernels::backend(c.in.at(0).device()).fuses_residual() &&
-      values_[res_value_[i]].defined() && values_[res_value_[i]].dtype() == DType::F32)
+  c.fuse_gelu = fuse_ && gl >= 0 && be.fuses_gelu();
+  if (fuse_ && res_add_[i] >= 0 && be.fuses_residual() && values_[res_value_[i]].defined() &&
+      values_[res_value_[i]].dtype() == DType::F32)
     c.residual = values_[res_value_[i]];
   if (have_loss_grad_ && fuse_ && ops_[i]->is_loss() && node_out_[i].size() == 1 && node_out_[i][0] == loss_id_ &&
       !node_in_[i].empty() && uses_[node_in_[i][0]].size() == 1) {
     if (!loss_grad_t_.defined()) {
-      loss_grad_t_ = Tensor::empty({}, DType::F32, MemCategory::Activations, c.in.at(0).device());
-      kernels::backend(loss_grad_t_.device()).set_scalar(loss_grad_t_.f32(), loss_grad_);
+      loss_grad_t_ = Tensor::empty({}, DType::F32, MemCategory::Activations, dev);
+      be.set_scalar(loss_grad_t_.f32(), loss_grad_);
     }
     c.loss_grad = loss_grad_t_;
   }
@@ -286,7 +287,7 @@ void Executor::backward(float loss_grad) {
       const int gl = gelu_bwd_[i];
       size_t gelu_in = 0;
       bool dgelu = false;
-      if (fuse_ && gl >= 0 && be16 && kernels::backend(dev).fuses_gelu()) {
+      if (fuse_ && gl >= 0 && kernels::backend(dev).fuses_gelu()) {
         gelu_in = node_in_[static_cast<size_t>(gl)][0];
         dgelu = is16(values_[gelu_in]) && is16(values_[node_in_[i][0]]) && !value_grads_[gelu_in].defined() &&
                 !value_grads_[node_in_[i][0]].defined();

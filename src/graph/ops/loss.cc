@@ -27,7 +27,6 @@ class CrossEntropy : public Op {
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
     const int32_t* t = c.in[1].i32();
     check_ids(c, t, N, V, "target", 1);
-    Tensor lse = Tensor::uninit({N}, DType::F32, MemCategory::Activations, device_of(c));
     const Tensor& lg = c.in[0];
     Tensor loss = new_out({}, device_of(c));  // written on the device: nothing waits for the forward here
     if (c.loss_grad.defined() && lg.dtype() != DType::F32 && be(c).fuses_cross_entropy(V)) {
@@ -37,6 +36,7 @@ class CrossEntropy : public Op {
       *c.saved = {Tensor(), lg};
       return;
     }
+    Tensor lse = Tensor::uninit({N}, DType::F32, MemCategory::Activations, device_of(c));
     if (lg.dtype() != DType::F32)
       be(c).cross_entropy_fwd16(bits16(lg), t, lse.f32(), N, V, loss.f32());
     else
