@@ -35,49 +35,24 @@ LtGemm::~LtGemm() {
 namespace {
 cudaDataType_t cuda_type(DType d) { return d == DType::BF16 ? CUDA_R_16BF : d == DType::F16 ? CUDA_R_16F : CUDA_R_32F; }
 
-// The cuBLASLt epilogue for ours: its matrix D is our C transposed, so our columns are its rows, our op(A) its B.
-cublasLtEpilogue_t lt_epilogue(Epilogue::Kind k) {
-  switch (k) {
-    case Epilogue::Bias:
-      return CUBLASLT_EPILOGUE_BIAS;
-    case Epilogue::BiasGradA:
-      return CUBLASLT_EPILOGUE_BGRADB;
-    case Epilogue::GeluAux:
-      return CUBLASLT_EPILOGUE_GELU_AUX;
-    case Epilogue::GeluAuxBias:
-      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case Epilogue::DGelu:
-      return CUBLASLT_EPILOGUE_DGELU;
-    case Epilogue::DGeluBiasGrad:
-      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
-    default:
-      return CUBLASLT_EPILOGUE_DEFAULT;
-  }
-}
-const char* epilogue_name(Epilogue::Kind k) {
-  switch (k) {
-    case Epilogue::Bias:
-      return " with a bias epilogue";
-    case Epilogue::BiasGradA:
-      return " with a bias-gradient epilogue";
-    case Epilogue::GeluAux:
-      return " with a GELU epilogue";
-    case Epilogue::GeluAuxBias:
-      return " with a GELU + bias epilogue";
-    case Epilogue::DGelu:
-      return " with a GELU-gradient epilogue";
-    case Epilogue::DGeluBiasGrad:
-      return " with a GELU-gradient + bias-gradient epilogue";
-    default:
-      return "";
-  }
-}
-bool has_vec(Epilogue::Kind k) {
-  return k == Epilogue::Bias || k == Epilogue::BiasGradA || k == Epilogue::GeluAuxBias || k == Epilogue::DGeluBiasGrad;
-}
-bool has_aux(Epilogue::Kind k) {
-  return k == Epilogue::GeluAux || k == Epilogue::GeluAuxBias || k == Epilogue::DGelu || k == Epilogue::DGeluBiasGrad;
-}
+// Per Epilogue::Kind (in its order): cuBLASLt's epilogue — its matrix D is our C transposed, so our columns are its
+// rows, our op(A) its B —, the name in errors, and whether it takes the bias (gradient) vector / the kept GELU input.
+struct KindInfo {
+  cublasLtEpilogue_t lt;
+  const char* name;
+  bool vec, aux;
+};
+constexpr KindInfo kKinds[] = {
+    {CUBLASLT_EPILOGUE_DEFAULT, "", false, false},
+    {CUBLASLT_EPILOGUE_BIAS, " with a bias epilogue", true, false},
+    {CUBLASLT_EPILOGUE_BGRADB, " with a bias-gradient epilogue", true, false},
+    {CUBLASLT_EPILOGUE_GELU_AUX, " with a GELU epilogue", false, true},
+    {CUBLASLT_EPILOGUE_GELU_AUX_BIAS, " with a GELU + bias epilogue", true, true},
+    {CUBLASLT_EPILOGUE_DGELU, " with a GELU-gradient epilogue", false, true},
+    {CUBLASLT_EPILOGUE_DGELU_BGRAD, " with a GELU-gradient + bias-gradient epilogue", true, true},
+};
+static_assert(sizeof kKinds / sizeof kKinds[0] == Epilogue::DGeluBiasGrad + 1, "one row per Epilogue::Kind");
+const KindInfo& info(Epilogue::Kind k) { return kKinds[k]; }
 }  // namespace
 
 LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
@@ -105,13 +80,13 @@ LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int
   ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa));
   ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb));
   if (e.kind != Epilogue::None) {  // the pointers themselves are set per run
-    const cublasLtEpilogue_t ep = lt_epilogue(e.kind);
+    const cublasLtEpilogue_t ep = info(e.kind).lt;
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
-    if (has_vec(e.kind)) {
+    if (info(e.kind).vec) {
       const cudaDataType_t bt = cuda_type(e.vdt);
       ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof bt));
     }
-    if (has_aux(e.kind)) {
+    if (info(e.kind).aux) {
       const int32_t at = cuda_type(cdt);
       ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &at, sizeof at));
       ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &e.ldaux, sizeof e.ldaux));
@@ -132,7 +107,7 @@ LtGemm::Plan& LtGemm::plan(DType dt, bool ta, bool tb, int64_t M, int64_t N, int
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(h_, p->op, p->a, p->b, p->c, p->c, pref, 1, &heur, &found);
   ZR_CHECK(st == CUBLAS_STATUS_SUCCESS && found > 0, "cuBLASLt has no algorithm for a ", M, "x", K, " by ", K, "x", N,
-           " product into ", dtype_name(cdt), epilogue_name(e.kind), " (", dtype_name(e.vdt), " vector)");
+           " product into ", dtype_name(cdt), info(e.kind).name, " (", dtype_name(e.vdt), " vector)");
   p->algo = heur.algo;
   return *plans_.emplace(key, std::move(p)).first->second;
 }
@@ -142,15 +117,15 @@ void LtGemm::run(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
   ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "LtGemm takes bf16 or f16 operands");
   ZR_CHECK(cdt == DType::F32 || cdt == dt, "LtGemm writes f32 or the operands' type");
   ZR_CHECK(e.vdt == DType::F32 || e.vdt == dt, "LtGemm's bias vector is f32 or the operands' type");
-  ZR_CHECK(!has_vec(e.kind) || e.vec, "LtGemm: the epilogue needs its vector");
+  ZR_CHECK(!info(e.kind).vec || e.vec, "LtGemm: the epilogue needs its vector");
   ZR_CHECK(e.kind == Epilogue::None || e.kind == Epilogue::Bias || e.kind == Epilogue::BiasGradA || beta == 0.f,
            "LtGemm: this epilogue needs beta = 0");
-  const bool gelu = has_aux(e.kind);
+  const bool gelu = info(e.kind).aux;
   ZR_CHECK(!gelu || (e.aux && cdt == dt && e.ldaux >= N && e.ldaux % 8 == 0),
            "LtGemm: the GELU epilogues need a 16-bit output and a kept input with a row stride >= N, divisible by 8");
   if (M == 0 || N == 0) return;
   Plan& p = plan(dt, ta, tb, M, N, K, lda, ldb, beta, cdt, ldc, e);
-  if (has_vec(e.kind))
+  if (info(e.kind).vec)
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e.vec, sizeof e.vec));
   if (gelu)
     ZR_CUBLAS(cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &e.aux, sizeof e.aux));
