@@ -72,10 +72,10 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
     const double plain = zerorun::probe::event_ms(
         [&] { lt.run(bf, true, false, F, C, M, dy, F, x, C, 1.f, dw, DType::F32, C, nullptr); });
     Epilogue e{Epilogue::BiasGradA, vec, DType::F32};
-    double fused = -1, err = -1;
-    try {
-      fused =
-          zerorun::probe::event_ms([&] { lt.run(bf, true, false, F, C, M, dy, F, x, C, 1.f, dw, DType::F32, C, e); });
+    const double fused = time_ms("dw with bias gradient",
+                                 [&] { lt.run(bf, true, false, F, C, M, dy, F, x, C, 1.f, dw, DType::F32, C, e); });
+    double err = -1;
+    if (fused > 0) {
       const auto db = down32(vec, F);
       err = 0;
       for (int64_t j = 0; j < F; ++j) {
@@ -83,8 +83,6 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
         for (int64_t m = 0; m < M; ++m) s += hdy[m * F + j];
         err = std::max(err, rel(db[j], s, 1.0));
       }
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "dw with bias gradient: %s\n", ex.what());
     }
     std::printf(
         "{\"epilogue\": \"dw + bias grad (fc)\", \"plain_ms\": %.4f, \"fused_ms\": %.4f, \"max_rel_err\": %.3g}\n",
@@ -95,9 +93,10 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
     const double plain =
         zerorun::probe::event_ms([&] { lt.run(bf, false, true, M, F, C, x, C, w, C, 0.f, y, bf, F, b16, bf); });
     Epilogue e{Epilogue::GeluAuxBias, b16, bf, aux, F};
-    double fused = -1, err = -1;
-    try {
-      fused = zerorun::probe::event_ms([&] { lt.run(bf, false, true, M, F, C, x, C, w, C, 0.f, y, bf, F, e); });
+    const double fused =
+        time_ms("fc forward with GELU", [&] { lt.run(bf, false, true, M, F, C, x, C, w, C, 0.f, y, bf, F, e); });
+    double err = -1;
+    if (fused > 0) {
       const auto hy = down16(y, M * F), ha = down16(aux, M * F);
       err = 0;
       for (int64_t r : rows)
@@ -107,8 +106,6 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
           err = std::max(err, rel(bf16_value(ha[r * F + j]), s, 0.1));
           err = std::max(err, rel(bf16_value(hy[r * F + j]), gelu(static_cast<float>(s)), 0.1));
         }
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "fc forward with GELU: %s\n", ex.what());
     }
     std::printf("{\"epilogue\": \"fc fwd + gelu\", \"plain_ms\": %.4f, \"fused_ms\": %.4f, \"max_rel_err\": %.3g}\n",
                 plain, fused, err);
@@ -127,9 +124,10 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
          {V{Epilogue::DGelu, DType::F32, "dgelu"}, V{Epilogue::DGeluBiasGrad, DType::F32, "dgelu + f32 bias grad"},
           V{Epilogue::DGeluBiasGrad, bf, "dgelu + bf16 bias grad"}}) {
       Epilogue e{v.kind, vec, v.vdt, aux, F};
-      double fused = -1, err = -1, err_db = -1;
-      try {
-        fused = zerorun::probe::event_ms([&] { lt.run(bf, false, false, M, F, C, dy, C, w, F, 0.f, y, bf, F, e); });
+      const double fused = time_ms(std::string("fc_proj dx with ") + v.name,
+                                   [&] { lt.run(bf, false, false, M, F, C, dy, C, w, F, 0.f, y, bf, F, e); });
+      double err = -1, err_db = -1;
+      if (fused > 0) {
         const auto hy = down16(y, M * F), ha = down16(aux, M * F);
         err = 0;
         for (int64_t r : rows)
@@ -153,8 +151,6 @@ void epilogues(zerorun::kernels::LtGemm& lt, int64_t M) {
             err_db = std::max(err_db, rel(db[j], s, 1.0));
           }
         }
-      } catch (const std::exception& ex) {
-        std::fprintf(stderr, "fc_proj dx with %s: %s\n", v.name, ex.what());
       }
       std::printf(
           "{\"epilogue\": \"fc_proj dx + %s\", \"plain_ms\": %.4f, \"fused_ms\": %.4f, \"max_rel_err\": %.3g, "
