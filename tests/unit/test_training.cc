@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 
 #include "tests/common/tiny.h"
 #include "zerorun/engine.h"
@@ -57,6 +58,37 @@ TEST_CASE("activation checkpointing is bitwise identical", "[train]") {
   for (auto& [k, t] : w1) REQUIRE(std::memcmp(t.raw(), w2[k].raw(), t.nbytes()) == 0);
 }
 
+namespace {
+using Tensors = std::map<std::string, Tensor>;
+Tensors zero_grads(const Tensors& weights) {
+  Tensors g;
+  for (auto& [k, t] : weights) g[k] = Tensor::zeros(t.shape(), DType::F32);
+  return g;
+}
+// One forward and backward of `g` on the CPU with the executor's fusions on, then off (ZERORUN_FUSE=0): the loss
+// and every parameter gradient must be bitwise equal. `seen(executor, fused)` looks at each after its backward.
+void fusions_change_nothing(const Graph& g, const Tensors& weights, const Tensors& inputs,
+                            const std::function<void(const Executor&, bool)>& seen) {
+  auto run = [&](bool fused) {
+    if (!fused) setenv("ZERORUN_FUSE", "0", 1);
+    Tensors gr = zero_grads(weights);
+    Executor ex(g, weights, gr);
+    if (!fused) unsetenv("ZERORUN_FUSE");  // read by the constructor
+    const double loss = ex.forward(inputs);
+    ex.backward(1.f);
+    seen(ex, fused);
+    gr["loss"] = Tensor::empty({1}, DType::F32);
+    gr["loss"].f32()[0] = static_cast<float>(loss);
+    return gr;
+  };
+  Tensors a = run(true), b = run(false);
+  for (auto& [k, t] : a) {
+    INFO(k);
+    REQUIRE(std::memcmp(t.raw(), b[k].raw(), t.nbytes()) == 0);
+  }
+}
+}  // namespace
+
 TEST_CASE(
     "residual adds fold into the projections' products and hand their output gradient to both inputs "
     "uncopied; loss and gradients are bitwise unchanged",
@@ -65,28 +97,11 @@ TEST_CASE(
   Tensor tok = Tensor::empty({2, 16}, DType::I32), tgt = Tensor::empty({2, 16}, DType::I32);
   for (int64_t i = 0; i < 32; ++i) tok.i32()[i] = static_cast<int32_t>((i * 7 + 1) % 64);
   for (int64_t i = 0; i < 32; ++i) tgt.i32()[i] = static_cast<int32_t>((i * 5 + 2) % 64);
-  auto run = [&](int* shared) {
-    std::map<std::string, Tensor> p, gr;
-    for (auto& [k, t] : g.tensors) {
-      p[k] = t;
-      gr[k] = Tensor::zeros(t.shape(), DType::F32);
-    }
-    Executor ex(g.graph, p, gr);
-    const double loss = ex.forward({{"tokens", tok}, {"targets", tgt}});
-    ex.backward(1.f);
-    *shared = ex.shared_grads();
-    gr["loss"] = Tensor::empty({1}, DType::F32);
-    gr["loss"].f32()[0] = static_cast<float>(loss);
-    return gr;
-  };
-  int on = 0, off = 0;
-  auto a = run(&on);
-  setenv("ZERORUN_FUSE", "0", 1);
-  auto b = run(&off);
-  unsetenv("ZERORUN_FUSE");
+  int on = -1, off = -1;
+  fusions_change_nothing(g.graph, g.tensors, {{"tokens", tok}, {"targets", tgt}},
+                         [&](const Executor& ex, bool fused) { (fused ? on : off) = ex.shared_grads(); });
   CHECK(on == (2 * 2 + 1) * 2);  // two blocks of two residual adds, and token + position embeddings: both inputs
   CHECK(off == 0);
-  for (auto& [k, t] : a) REQUIRE(std::memcmp(t.raw(), b[k].raw(), t.nbytes()) == 0);
 }
 
 TEST_CASE("residual folding only where the linear's output has one use, the residual is ready, and shapes match",
@@ -126,41 +141,16 @@ TEST_CASE("residual folding only where the linear's output has one use, the resi
     in[k] = Tensor::empty(n == 8 ? Shape{8} : Shape{3, 8}, DType::F32);
     for (int64_t i = 0; i < n; ++i) in[k].f32()[i] = static_cast<float>(r.uniform() - 0.5);
   }
-  auto run = [&](int* planned) {
-    std::map<std::string, Tensor> p, gr;
-    for (auto& [k, t] : w) {
-      p[k] = t;
-      gr[k] = Tensor::zeros(t.shape(), DType::F32);
-    }
-    Executor ex(g, p, gr);
-    *planned = ex.residual_fusions();
-    const double loss = ex.forward(in);
-    ex.backward(1.f);
-    gr["loss"] = Tensor::empty({1}, DType::F32);
-    gr["loss"].f32()[0] = static_cast<float>(loss);
-    return gr;
-  };
-  int on = 0, off = 0;
-  auto a = run(&on);
-  setenv("ZERORUN_FUSE", "0", 1);
-  auto b = run(&off);
-  unsetenv("ZERORUN_FUSE");
+  int on = -1, off = -1;
+  fusions_change_nothing(g, w, in, [&](const Executor& ex, bool fused) { (fused ? on : off) = ex.residual_fusions(); });
   CHECK(on == 2);
   CHECK(off == 2);  // the plan is the graph's; ZERORUN_FUSE=0 only stops its use
-  for (auto& [k, t] : a) {
-    INFO(k);
-    REQUIRE(std::memcmp(t.raw(), b[k].raw(), t.nbytes()) == 0);
-  }
 }
 
 TEST_CASE("a d(loss) announced before the forward must be the backward's", "[train]") {
   Model g = tiny_gpt();
-  std::map<std::string, Tensor> p, gr;
-  for (auto& [k, t] : g.tensors) {
-    p[k] = t;
-    gr[k] = Tensor::zeros(t.shape(), DType::F32);
-  }
-  Executor ex(g.graph, p, gr);
+  Tensors gr = zero_grads(g.tensors);
+  Executor ex(g.graph, g.tensors, gr);
   Tensor tok = Tensor::zeros({2, 16}, DType::I32);
   ex.set_next_loss_grad(0.5f);
   ex.forward({{"tokens", tok}, {"targets", tok}});
