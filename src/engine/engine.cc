@@ -79,11 +79,12 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   if (mixed_) {
     const DType dt = precision_dtype(cfg_.precision);
     Tensor& c = stage_ < 3 ? compute_ : param_shard_;
-    kernels::backend(c.device()).round_to(dt, c.f32(), c.f32(), c.numel());
-    // The products' 16-bit weights, kept once instead of rounded by every forward.
     if (stage_ < 3 && dev_.is_cuda() && be().activations16()) {
+      // The products' 16-bit weights, kept once instead of rounded by every forward; one pass rounds both copies.
       compute16_ = Tensor::uninit({plan_.padded}, dt, MemCategory::Params, dev_);
-      sync_compute16();
+      be().round_to16(dt, c.f32(), static_cast<uint16_t*>(compute16_.raw()), c.f32(), c.numel());
+    } else {
+      kernels::backend(c.device()).round_to(dt, c.f32(), c.f32(), c.numel());
     }
   }
   if (offload_) host_grad_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Grads, Device::cpu());
