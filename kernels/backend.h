@@ -79,10 +79,8 @@ class Backend {
   virtual bool activations16() const { return false; }
   // Whether flash attention at this head size reads and writes 16-bit storage (tensor-core kernels).
   virtual bool attention16(int64_t /*head_size*/) const { return false; }
-  // Activation from f32 x or (x null) 16-bit x16 into f32 y or (y null) 16-bit y16.
-  virtual void act_fwd16(Act, const float*, const uint16_t*, float*, uint16_t*, int64_t) {
-    ZR_FAIL("16-bit activations are CUDA-only");
-  }
+  // Activation from x into y, each f32 or 16-bit.
+  virtual void act_fwd16(Act, Src, Dst, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
   // f[i] = the 16-bit h[i] as f32.
   virtual void widen16(const uint16_t*, float*, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
   // Its backward with x and dy each f32 or 16-bit.

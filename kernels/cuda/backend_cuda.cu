@@ -223,15 +223,15 @@ void map_mixed(F f, const X* a, const Z* b, Y* y, int64_t n, bool acc, bool bf) 
 // The activation function A on the kernel's (x, unused) / its derivative times dy on (x, dy).
 constexpr const float* kNoB = nullptr;
 template <int A>
-void act_fwd_any(const float* x, const uint16_t* x16, float* y, uint16_t* y16, int64_t n, bool bf) {
-  if (x16 && y16)
-    map_mixed(ActF<A>{}, x16, kNoB, y16, n, false, bf);
-  else if (x16)
-    map_mixed(ActF<A>{}, x16, kNoB, y, n, false, bf);
-  else if (y16)
-    map_mixed(ActF<A>{}, x, kNoB, y16, n, false, bf);
+void act_fwd_any(Src x, Dst y, int64_t n, bool bf) {
+  if (x.h && y.h)
+    map_mixed(ActF<A>{}, x.h, kNoB, y.h, n, false, bf);
+  else if (x.h)
+    map_mixed(ActF<A>{}, x.h, kNoB, y.p, n, false, bf);
+  else if (y.h)
+    map_mixed(ActF<A>{}, x.p, kNoB, y.h, n, false, bf);
   else
-    map_mixed(ActF<A>{}, x, kNoB, y, n, false, bf);
+    map_mixed(ActF<A>{}, x.p, kNoB, y.p, n, false, bf);
 }
 template <int A, class X, class D>
 void act_bwd_any(const X* x, const D* dy, Grad dx, int64_t n, bool bf) {
@@ -579,9 +579,10 @@ __device__ inline void warp_online_merge(float& m, float& s) {
   for (int o = 16; o > 0; o >>= 1)
     online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
-template <class L>  // logits in f32 or 16 bits
-__global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_loss, float* lse, int64_t V, bool bf) {
-  const L* l = logits + blockIdx.x * V;
+// The log-sum-exp of a row of V logits, one pass (running max and sum per thread, merged across the block),
+// returned to every thread of the block.
+template <class L>
+__device__ inline float block_row_lse(const L* l, int64_t V, bool bf) {
   float m = -INFINITY, s = 0.f;
   if (V % 4 == 0) {  // four at a time: one rescale per four (not a branch per element), exp2 on log2e-scaled
     constexpr float L2E = 1.4426950408889634f;
@@ -598,7 +599,7 @@ __global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_los
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) online_add(m, s, ld1(l, v, bf));
   }
   warp_online_merge(m, s);
-  __shared__ float sm[32], ss[32];
+  __shared__ float sm[32], ss[32], zs;
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
   if (lane == 0) sm[w] = m, ss[w] = s;
   __syncthreads();
@@ -606,12 +607,19 @@ __global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_los
     m = lane < blockDim.x / 32 ? sm[lane] : -INFINITY;
     s = lane < blockDim.x / 32 ? ss[lane] : 0.f;
     warp_online_merge(m, s);
-    if (lane == 0) {
-      const float z = logf(s) + m;
-      lse[blockIdx.x] = z;
-      const int32_t t = targets[blockIdx.x];  // outside [0, V): reported by the deferred id check
-      row_loss[blockIdx.x] = t >= 0 && t < V ? z - ld1(l, t, bf) : 0.f;
-    }
+    if (lane == 0) zs = logf(s) + m;
+  }
+  __syncthreads();
+  return zs;
+}
+template <class L>  // logits in f32 or 16 bits
+__global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_loss, float* lse, int64_t V, bool bf) {
+  const L* l = logits + blockIdx.x * V;
+  const float z = block_row_lse(l, V, bf);
+  if (threadIdx.x == 0) {
+    lse[blockIdx.x] = z;
+    const int32_t t = targets[blockIdx.x];  // outside [0, V): reported by the deferred id check
+    row_loss[blockIdx.x] = t >= 0 && t < V ? z - ld1(l, t, bf) : 0.f;
   }
 }
 // Cross-entropy forward and backward in one read of each row (the backward's d(loss) is known before the
@@ -622,34 +630,11 @@ __global__ void __launch_bounds__(1024) k_ce_fused(uint16_t* logits, const int32
                                                    const float* dloss, int64_t N, int64_t V, bool bf) {
   uint16_t* l = logits + blockIdx.x * V;
   constexpr float L2E = 1.4426950408889634f;
-  float m = -INFINITY, s = 0.f;
-  for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
-    const float4 x = ldv4(l, v, bf);
-    const float mx = fmaxf(fmaxf(x.x, x.y), fmaxf(x.z, x.w));
-    if (mx > m) {
-      s *= exp2f((m - mx) * L2E);
-      m = mx;
-    }
-    s += exp2f((x.x - m) * L2E) + exp2f((x.y - m) * L2E) + exp2f((x.z - m) * L2E) + exp2f((x.w - m) * L2E);
-  }
-  warp_online_merge(m, s);
-  __shared__ float sm[32], ss[32], zs;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  if (lane == 0) sm[w] = m, ss[w] = s;
-  __syncthreads();
+  const float z = block_row_lse(l, V, bf);
   const int32_t t = targets[blockIdx.x];  // outside [0, V): reported by the deferred id check
-  if (w == 0) {
-    m = lane < blockDim.x / 32 ? sm[lane] : -INFINITY;
-    s = lane < blockDim.x / 32 ? ss[lane] : 0.f;
-    warp_online_merge(m, s);
-    if (lane == 0) {
-      const float z = logf(s) + m;
-      zs = z;
-      row_loss[blockIdx.x] = t >= 0 && t < V ? z - ld1(l, t, bf) : 0.f;  // read before the row is overwritten
-    }
-  }
-  __syncthreads();
-  const float zl = zs * L2E, scale = *dloss / static_cast<float>(N);
+  if (threadIdx.x == 0) row_loss[blockIdx.x] = t >= 0 && t < V ? z - ld1(l, t, bf) : 0.f;
+  __syncthreads();  // the target's logit is read before the row is overwritten
+  const float zl = z * L2E, scale = *dloss / static_cast<float>(N);
   for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
     const float4 x = ldv4(l, v, bf);
     const int64_t b = 4 * v;
@@ -768,30 +753,30 @@ __global__ void k_finite_sumsq(const float* x, int64_t n, double* out, int* bad)
 __global__ void k_finite(const float* x, int64_t n, int* bad) {
   GRID_STRIDE(i, n) if (!isfinite(x[i])) atomicExch(bad, 1);
 }
-template <bool V4>  // V4: s 16-byte and d 8-byte aligned
-__global__ void k_to16(bool bf, const float* s, uint16_t* d, int64_t n) {
+// s rounded to 16 bits (bf: bfloat16, else fp16) into d16 bits and/or d32 values (either may be null): the one
+// rounding kernel (activations, weights, the optimizer's compute copies).
+template <bool V4>  // V4: s and d32 16-byte, d16 8-byte aligned
+__global__ void k_to16(bool bf, const float* s, uint16_t* d16, float* d32, int64_t n) {
+  auto one = [&](int64_t i) {
+    const uint16_t h = to16_bits(bf, s[i]);
+    if (d16) d16[i] = h;
+    if (d32) d32[i] = from16(bf, h);
+  };
   if constexpr (V4) {
     GRID_STRIDE(i, n / 4) {
       const float4 x = ld4(s, i);
-      reinterpret_cast<ushort4*>(d)[i] =
-          make_ushort4(to16_bits(bf, x.x), to16_bits(bf, x.y), to16_bits(bf, x.z), to16_bits(bf, x.w));
+      const ushort4 h = make_ushort4(to16_bits(bf, x.x), to16_bits(bf, x.y), to16_bits(bf, x.z), to16_bits(bf, x.w));
+      if (d16) reinterpret_cast<ushort4*>(d16)[i] = h;
+      if (d32)
+        reinterpret_cast<float4*>(d32)[i] =
+            make_float4(from16(bf, h.x), from16(bf, h.y), from16(bf, h.z), from16(bf, h.w));
     }
     for (int64_t i = n / 4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
-      d[i] = to16_bits(bf, s[i]);
+      one(i);
   } else {
-    GRID_STRIDE(i, n) d[i] = to16_bits(bf, s[i]);
+    GRID_STRIDE(i, n) one(i);
   }
-}
-__global__ void k_round16(bool bf, const float* s, uint16_t* d, float* d32, int64_t n) {
-  GRID_STRIDE(i, n) {
-    const uint16_t h = to16_bits(bf, s[i]);
-    d[i] = h;
-    if (d32) d32[i] = from16(bf, h);
-  }
-}
-__global__ void k_round(int dt, const float* s, float* d, int64_t n) {
-  GRID_STRIDE(i, n) d[i] = dt == 1 ? __bfloat162float(__float2bfloat16_rn(s[i])) : __half2float(__float2half_rn(s[i]));
 }
 
 template <typename T>
@@ -950,15 +935,15 @@ class CudaBackend : public Backend {
   bool fuses_gelu() const override { return mm_ != DType::F32; }
   bool fuses_residual() const override { return mm_ != DType::F32; }
   bool attention16(int64_t hs) const override { return tensor_core_attention(hs); }
-  void act_fwd16(Act act, const float* x, const uint16_t* x16, float* y, uint16_t* y16, int64_t n) override {
+  void act_fwd16(Act act, Src x, Dst y, int64_t n) override {
     const bool bf = mm_ == DType::BF16;
     switch (act) {
       case Act::Gelu:
-        return act_fwd_any<0>(x, x16, y, y16, n, bf);
+        return act_fwd_any<0>(x, y, n, bf);
       case Act::Relu:
-        return act_fwd_any<1>(x, x16, y, y16, n, bf);
+        return act_fwd_any<1>(x, y, n, bf);
       default:
-        return act_fwd_any<2>(x, x16, y, y16, n, bf);
+        return act_fwd_any<2>(x, y, n, bf);
     }
   }
   void widen16(const uint16_t* h, float* f, int64_t n) override {
@@ -1255,11 +1240,11 @@ class CudaBackend : public Backend {
       if (src != dst) ZR_CUDA(cudaMemcpy(dst, src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice));
       return;
     }
-    LAUNCH(k_round, n, dt == DType::BF16 ? 1 : 2, src, dst, n);
+    round_any(dt == DType::BF16, src, nullptr, dst, n);
   }
   void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) override {
     ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "round_to16 needs bf16 or f16");
-    LAUNCH(k_round16, n, dt == DType::BF16, src, dst, dst32, n);
+    round_any(dt == DType::BF16, src, dst, dst32, n);
   }
   void set_scalar(float* p, float v) override {  // a kernel argument: queued, no wait
     k_set1<<<1, 1>>>(p, v);
@@ -1304,7 +1289,7 @@ class CudaBackend : public Backend {
   bool ln_bwd_fused(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, Grad dx,
                     float* dw, float* db, int64_t N, int64_t C, bool bf) {
     if (!dw || !db || C > 1024) return false;
-    const int64_t rows_per = 16, chunks = (N + rows_per - 1) / rows_per;
+    const int64_t rows_per = 8, chunks = (N + rows_per - 1) / rows_per;
     DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
     auto go = [&](auto kernel) {
       kernel<<<static_cast<unsigned>(chunks), 256>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, rows_per, part.p, bf);
@@ -1360,11 +1345,14 @@ class CudaBackend : public Backend {
   }
   void round16(const float* x, uint16_t* d, int64_t n) const {
     profile::Scope ps(".. to16");
+    round_any(mm_ == DType::BF16, x, d, nullptr, n);
+  }
+  static void round_any(bool bf, const float* x, uint16_t* d16, float* d32, int64_t n) {
     if (n <= 0) return;
-    if (aligned16(x) && reinterpret_cast<uintptr_t>(d) % 8 == 0)
-      k_to16<true><<<grid_for((n + 3) / 4), kTpb>>>(mm_ == DType::BF16, x, d, n);
+    if (aligned16(x) && reinterpret_cast<uintptr_t>(d16) % 8 == 0 && aligned16(d32))
+      k_to16<true><<<grid_for((n + 3) / 4), kTpb>>>(bf, x, d16, d32, n);
     else
-      k_to16<false><<<grid_for(n), kTpb>>>(mm_ == DType::BF16, x, d, n);
+      k_to16<false><<<grid_for(n), kTpb>>>(bf, x, d16, d32, n);
     ZR_CUDA(cudaGetLastError());
   }
   LtGemm& lt() {

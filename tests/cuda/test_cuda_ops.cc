@@ -42,6 +42,13 @@ void close(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& 
   REQUIRE(worst <= tol);
 }
 
+// A fresh f32 gradient filled with NaN on dev: an op that overwrites it must write every entry.
+Tensor nan_filled(const Shape& shape, Device dev) {
+  Tensor g = Tensor::empty(shape, DType::F32, MemCategory::Buffers);
+  for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = std::nanf("");
+  return g.to(dev);
+}
+
 struct Run {
   std::vector<Tensor> out, din;
   std::map<std::string, Tensor> dparams;
@@ -63,9 +70,7 @@ Run run_op(const Node& n, const std::vector<Tensor>& in, const std::map<std::str
     const bool w = overwrite && t.dtype() == DType::F32 && op.writes_grad(k);
     Tensor g;
     if (w) {
-      g = Tensor::empty(t.shape(), DType::F32, MemCategory::Buffers);
-      for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = std::nanf("");
-      g = g.to(dev);
+      g = nan_filled(t.shape(), dev);
     } else if (t.dtype() == DType::F32) {
       g = Tensor::zeros(t.shape(), DType::F32, MemCategory::Buffers, dev);
     }
@@ -187,9 +192,7 @@ void compare_op16(const std::string& opname, json attrs, std::vector<Tensor> in,
     if (h) {
       g = Tensor::uninit(t.shape(), dt, MemCategory::Buffers, kGpu);  // poisoned under ZERORUN_POISON_UNINIT
     } else if (t.dtype() != DType::I32) {
-      g = Tensor::empty(t.shape(), DType::F32, MemCategory::Buffers);
-      for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = std::nanf("");
-      g = g.to(kGpu);
+      g = nan_filled(t.shape(), kGpu);
     }
     c.din.push_back(g);
     c.din_acc.push_back(!(h || op.writes_grad(k)));

@@ -18,8 +18,7 @@ class Activation : public Op {
     const bool out16 = want16(c, 0);
     if (out16 || in16) {  // 16-bit storage on either side
       Tensor y = out16 ? new_out16(c, x.shape()) : new_out(x.shape(), device_of(c));
-      be(c).act_fwd16(act_, in16 ? nullptr : x.f32(), in16 ? bits16(x) : nullptr, out16 ? nullptr : y.f32(),
-                      out16 ? static_cast<uint16_t*>(y.raw()) : nullptr, y.numel());
+      be(c).act_fwd16(act_, src_of(x), dst_of(y), y.numel());
       c.out = {y};
       return;
     }
