@@ -2,7 +2,7 @@
 // 16-bit training step runs them), timed with CUDA events at a GPT-2 shape, so kernel changes can be compared
 // in seconds against PyTorch's SDPA (bench/torch_sdpa.py, same shape) without a training run.
 // Prints a JSON line per forward tiling (with its largest difference from tiling 0, the one training uses) and
-// one for the backward (row term + dK/dV + dQ): ms a call and TFLOP/s (causal FLOPs:
+// one per backward path (row term + dK/dV + dQ as two deterministic kernels, or one with dQ atomics): ms a call and TFLOP/s (causal FLOPs:
 // 4·B·H·T²·D/2 forward, 2.5× that backward, as bench/torch_sdpa.py counts them).
 // Usage (device machine): zerorun_attn_probe [B H T]  (head size 64)
 #include <cuda_runtime.h>
@@ -39,6 +39,12 @@ int main(int argc, char** argv) {
     fill_bf16(dout, B * T * C, 2);
     using namespace zerorun::kernels::flash;
     const double fl = 4.0 * B * H * T * T * D / 2;
+    auto bf = [](uint16_t h) {
+      const uint32_t u = static_cast<uint32_t>(h) << 16;
+      float v;
+      std::memcpy(&v, &u, 4);
+      return v;
+    };
     // Every forward tiling, checked against tiling 0's output and log-sum-exp.
     std::vector<uint16_t> ref_o(B * T * C), o(B * T * C);
     std::vector<float> ref_l(B * H * T), l(B * H * T);
@@ -49,13 +55,7 @@ int main(int argc, char** argv) {
       cudaMemcpy(l.data(), lse, l.size() * 4, cudaMemcpyDeviceToHost);
       if (cfg == 0) ref_o = o, ref_l = l;
       double d = 0;
-      auto f = [](uint16_t h) {
-        const uint32_t u = static_cast<uint32_t>(h) << 16;
-        float v;
-        std::memcpy(&v, &u, 4);
-        return v;
-      };
-      for (size_t i = 0; i < o.size(); ++i) d = std::max(d, (double)std::fabs(f(o[i]) - f(ref_o[i])));
+      for (size_t i = 0; i < o.size(); ++i) d = std::max(d, (double)std::fabs(bf(o[i]) - bf(ref_o[i])));
       for (size_t i = 0; i < l.size(); ++i) d = std::max(d, (double)std::fabs(l[i] - ref_l[i]));
       std::printf(
           "{\"probe\": \"zerorun tc attention fwd\", \"tiling\": %d, \"what\": \"%s\", \"ms\": %.4f, "
@@ -63,13 +63,28 @@ int main(int argc, char** argv) {
           cfg, tc_forward_config_name(cfg), ms, fl / ms / 1e9, d);
     }
     tc_forward(true, qkv, nullptr, out, lse, B, T, C, H, 0);
-    const double bwd =
-        event_ms([&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, B, T, C, H); });
-    if (cudaDeviceSynchronize() != cudaSuccess) throw zerorun::Error("a kernel failed");
-    std::printf(
-        "{\"probe\": \"zerorun tc attention bwd\", \"B\": %lld, \"H\": %lld, \"T\": %lld, \"D\": %lld, "
-        "\"ms\": %.4f, \"tflops\": %.1f}\n",
-        (long long)B, (long long)H, (long long)T, (long long)D, bwd, 2.5 * fl / bwd / 1e9);
+    // Both backward paths: the two deterministic kernels (7 products), then the fused one (5 products, dQ by
+    // atomics), checked against the first (largest difference over dQ, dK, dV, relative to the largest value).
+    auto* dq_acc = static_cast<float*>(dev_alloc(B * T * C * 4));
+    std::vector<uint16_t> ref_g(B * T * 3 * C), gr(B * T * 3 * C);
+    for (int fused = 0; fused < 2; ++fused) {
+      float* acc = fused ? dq_acc : nullptr;
+      const double bwd = event_ms(
+          [&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, acc, B, T, C, H); });
+      if (cudaDeviceSynchronize() != cudaSuccess) throw zerorun::Error("a kernel failed");
+      cudaMemcpy(gr.data(), dqkv, gr.size() * 2, cudaMemcpyDeviceToHost);
+      if (!fused) ref_g = gr;
+      double d = 0, m = 0;
+      for (size_t i = 0; i < gr.size(); ++i) {
+        d = std::max(d, (double)std::fabs(bf(gr[i]) - bf(ref_g[i])));
+        m = std::max(m, (double)std::fabs(bf(ref_g[i])));
+      }
+      std::printf(
+          "{\"probe\": \"zerorun tc attention bwd\", \"kernels\": \"%s\", \"B\": %lld, \"H\": %lld, "
+          "\"T\": %lld, \"D\": %lld, \"ms\": %.4f, \"tflops\": %.1f, \"max_rel_diff_vs_two_kernel\": %.3g}\n",
+          fused ? "one, dQ atomics" : "two, deterministic", (long long)B, (long long)H, (long long)T, (long long)D,
+          bwd, 2.5 * fl / bwd / 1e9, m > 0 ? d / m : d);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zerorun_attn_probe: %s\n", e.what());
     return 1;

@@ -10,8 +10,10 @@ ZR=.devbuild/bin/zerorun
 W=$(mktemp -d)
 "$ZR" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd "$C" --n_layer "$L" --n_head "$H" -o "$W/m.bin" >/dev/null
 echo "{\"train_micro_batch_size_per_gpu\": $B, \"bf16\": {\"enabled\": true}, \"steps_per_print\": 1000}" >"$W/c.json"
-# Steps 1-3 warm up (plans, allocator); capture well into the run, two steps' worth of kernels.
-ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --launch-skip 2500 --launch-count 1400 \
-  "$ZR" --device cuda --config "$W/c.json" "$W/m.bin" --steps 9 >"$W/ncu.csv" 2>"$W/ncu.err" || tail -5 "$W/ncu.err"
+# Steps 1-3 warm up (plans, allocator); capture well into the run, two steps' worth of kernels (a step is about
+# 31 kernels a layer + 20: skip ~6.4 steps, capture ~3.6; 2500 and 1400 at 12 layers).
+PER=$((31 * L + 20))
+ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --launch-skip $((PER * 64 / 10)) \
+  --launch-count $((PER * 36 / 10)) "$ZR" --device cuda --config "$W/c.json" "$W/m.bin" --steps 11 >"$W/ncu.csv" 2>"$W/ncu.err" || tail -5 "$W/ncu.err"
 [[ -n "${OUT:-}" ]] && cp "$W/ncu.csv" "$OUT/"
 python3 bench/ncu_step.py "$W/ncu.csv" "${TOP:-45}"

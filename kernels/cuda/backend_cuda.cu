@@ -278,6 +278,53 @@ __global__ void k_ln_fwd(const float* x, const float* w, const float* b, Y* y, f
   }
   if (lane == 0) mean[row] = m, rstd[row] = rs;
 }
+// The same with the row in registers (C % 4 == 0, 16-byte aligned rows, C <= 128 * K4): a warp per row, lane l
+// holding columns 4 (l + 32 k) .. +3 from one 16-byte load each, so x is read once and every load of the row is
+// in flight together (k_ln_fwd reads the row three times, one 4-byte load after another).
+template <class Y, int K4>
+__global__ void k_ln_fwd_reg(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd,
+                             int64_t N, int64_t C, float eps, bool bf) {
+  const int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= N) return;
+  const float4* xr = reinterpret_cast<const float4*>(x + row * C);
+  const int64_t c4 = C / 4;
+  float4 v[K4];
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < K4; ++k) {
+    const int64_t j = lane + 32 * k;
+    v[k] = j < c4 ? xr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
+  }
+  const float m = warp_sum(s) / C;
+  float q = 0.f;
+#pragma unroll
+  for (int k = 0; k < K4; ++k)
+    if (lane + 32 * k < c4) {
+      const float a = v[k].x - m, bb = v[k].y - m, c = v[k].z - m, d = v[k].w - m;
+      q += (a * a + bb * bb) + (c * c + d * d);
+    }
+  const float rs = rsqrtf(warp_sum(q) / C + eps);
+#pragma unroll
+  for (int k = 0; k < K4; ++k) {
+    const int64_t j = lane + 32 * k;
+    if (j >= c4) continue;
+    const float4 wv = reinterpret_cast<const float4*>(w)[j];
+    const float4 bv = b ? reinterpret_cast<const float4*>(b)[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+    const float o0 = (v[k].x - m) * rs * wv.x + bv.x, o1 = (v[k].y - m) * rs * wv.y + bv.y;
+    const float o2 = (v[k].z - m) * rs * wv.z + bv.z, o3 = (v[k].w - m) * rs * wv.w + bv.w;
+    if constexpr (sizeof(Y) == 2) {
+      uint2 u;
+      u.x = static_cast<uint32_t>(to16_bits(bf, o0)) | (static_cast<uint32_t>(to16_bits(bf, o1)) << 16);
+      u.y = static_cast<uint32_t>(to16_bits(bf, o2)) | (static_cast<uint32_t>(to16_bits(bf, o3)) << 16);
+      reinterpret_cast<uint2*>(y + row * C)[j] = u;
+    } else {
+      reinterpret_cast<float4*>(y + row * C)[j] = make_float4(o0, o1, o2, o3);
+    }
+  }
+  if (lane == 0) mean[row] = m, rstd[row] = rs;
+}
 // D: float, or uint16_t for a 16-bit dy.
 template <class D>
 __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, const float* rstd, const D* dy,
@@ -351,6 +398,80 @@ __global__ void __launch_bounds__(256)
     }
     __syncthreads();
   }
+}
+// The one-pass layernorm backward with 16-byte accesses (C % 4 == 0, aligned, C <= 128 * K4): lane l owns columns
+// 4 (l + 32 k) .. +3, keeping only their dw / db sums in registers; a row is read once for the row sums and the
+// sums (every load in flight together), and again from L1 for dx. The block's 8 warps add their sums in a fixed
+// tree (4 + 4, 2 + 2, 1 + 1) into k_col_partial-style partials, as k_ln_bwd_fused does.
+template <class D, int K4>
+__global__ void __launch_bounds__(256, K4 <= 6 ? 3 : (K4 <= 13 ? 2 : 1))  // 3 blocks an SM at C 768, 2 at 1600
+    k_ln_bwd_v4(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, float* dx, bool acc,
+                int64_t N, int64_t C, int64_t rows_per, float* part, bool bf) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r0 = blockIdx.x * rows_per, r1 = min(N, r0 + rows_per), c4 = C / 4;
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+  float4 gw[K4], gb[K4];
+#pragma unroll
+  for (int k = 0; k < K4; ++k) gw[k] = gb[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int64_t row = r0 + warp; row < r1; row += 8) {
+    const float4* xr = reinterpret_cast<const float4*>(x + row * C);
+    const D* dr = dy + row * C;
+    const float mu = mean[row], rs = rstd[row];
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < K4; ++k) {
+      const int64_t j = lane + 32 * k;
+      if (j >= c4) continue;
+      const float4 xv = xr[j], d = ldv4(dr, j, bf), wv = w4[j];
+      const float h0 = (xv.x - mu) * rs, h1 = (xv.y - mu) * rs, h2 = (xv.z - mu) * rs, h3 = (xv.w - mu) * rs;
+      const float g0 = d.x * wv.x, g1 = d.y * wv.y, g2 = d.z * wv.z, g3 = d.w * wv.w;
+      s1 += (g0 + g1) + (g2 + g3);
+      s2 += (g0 * h0 + g1 * h1) + (g2 * h2 + g3 * h3);
+      gw[k].x += d.x * h0, gw[k].y += d.y * h1, gw[k].z += d.z * h2, gw[k].w += d.w * h3;
+      gb[k].x += d.x, gb[k].y += d.y, gb[k].z += d.z, gb[k].w += d.w;
+    }
+    s1 = warp_sum(s1) / C;
+    s2 = warp_sum(s2) / C;
+    if (!dx) continue;
+    float4* dxr = reinterpret_cast<float4*>(dx + row * C);
+#pragma unroll
+    for (int k = 0; k < K4; ++k) {
+      const int64_t j = lane + 32 * k;
+      if (j >= c4) continue;
+      const float4 xv = xr[j], d = ldv4(dr, j, bf), wv = w4[j];
+      float4 o = acc ? dxr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
+      o.x += (d.x * wv.x - s1 - (xv.x - mu) * rs * s2) * rs;
+      o.y += (d.y * wv.y - s1 - (xv.y - mu) * rs * s2) * rs;
+      o.z += (d.z * wv.z - s1 - (xv.z - mu) * rs * s2) * rs;
+      o.w += (d.w * wv.w - s1 - (xv.w - mu) * rs * s2) * rs;
+      dxr[j] = o;
+    }
+  }
+  __shared__ float4 sh[4][32 * K4];  // four warps' sums (32 KB at 2048 columns)
+  auto reduce_store = [&](float4(&a)[K4], int pass) {
+#pragma unroll
+    for (int half = 4; half >= 1; half /= 2) {  // warps [half, 2 half) hand their sums to warps [0, half)
+      if (warp >= half && warp < 2 * half)
+#pragma unroll
+        for (int k = 0; k < K4; ++k) sh[warp - half][lane + 32 * k] = a[k];
+      __syncthreads();
+      if (warp < half)
+#pragma unroll
+        for (int k = 0; k < K4; ++k) {
+          const float4 o = sh[warp][lane + 32 * k];
+          a[k].x += o.x, a[k].y += o.y, a[k].z += o.z, a[k].w += o.w;
+        }
+      __syncthreads();
+    }
+    if (warp == 0)
+#pragma unroll
+      for (int k = 0; k < K4; ++k) {
+        const int64_t j = lane + 32 * k;
+        if (j < c4) reinterpret_cast<float4*>(part + (2 * blockIdx.x + pass) * C)[j] = a[k];
+      }
+  };
+  reduce_store(gw, 0);
+  reduce_store(gb, 1);
 }
 // Column sums of an N x C matrix, two at a time (layernorm's dw and db share a
 // pass), without atomics so results are bitwise reproducible: blocks of 32
@@ -498,6 +619,24 @@ __global__ void k_rms_bwd_dx(const float* x, const float* w, const float* rstd, 
     dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (dr[c] * w[c] - xr[c] * rs * s) * rs;
 }
 unsigned rows_grid(int64_t N) { return static_cast<unsigned>((N + 7) / 8); }  // 8 warps per 256-thread block
+// Layernorm forward: the register kernel where the row fits (C % 4 == 0, aligned, C <= 2048), else k_ln_fwd.
+template <class Y>
+void ln_fwd(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd, int64_t N, int64_t C,
+            float eps, bool bf) {
+  auto al = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  auto go = [&](auto kernel) {
+    kernel<<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps, bf);
+    ZR_CUDA(cudaGetLastError());
+  };
+  if (C % 4 != 0 || C > 2048 || !al(x) || !al(w) || !al(b) || !al(y)) return go(k_ln_fwd<Y>);
+  const int64_t k4 = (C / 4 + 31) / 32;  // float4 chunks a lane
+  if (k4 <= 2) return go(k_ln_fwd_reg<Y, 2>);
+  if (k4 <= 4) return go(k_ln_fwd_reg<Y, 4>);
+  if (k4 <= 6) return go(k_ln_fwd_reg<Y, 6>);
+  if (k4 <= 8) return go(k_ln_fwd_reg<Y, 8>);
+  if (k4 <= 13) return go(k_ln_fwd_reg<Y, 13>);
+  go(k_ln_fwd_reg<Y, 16>);
+}
 
 // ---- attention helpers: warp per row of [rows, T] ---------------------------------
 __global__ void k_causal_softmax(float* P, int64_t rows, int64_t T) {
@@ -821,7 +960,11 @@ void column_sums(F f, int64_t N, int64_t C, float* o0, float* o1, bool acc = tru
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend() { ZR_CUBLAS(cublasCreate(&h_)); }
+  CudaBackend() {
+    ZR_CUBLAS(cublasCreate(&h_));
+    const char* a = std::getenv("ZERORUN_ATTN_ATOMICS");
+    attn_atomics_ = !(a && std::strcmp(a, "0") == 0);
+  }
   const char* name() const override { return "cuda"; }
   void set_matmul_dtype(DType dt) override {
     ZR_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, "matmul dtype must be f32, bf16 or f16");
@@ -963,8 +1106,7 @@ class CudaBackend : public Backend {
   void layernorm_fwd16(const float* x, const float* w, const float* b, uint16_t* y, float* mean, float* rstd, int64_t N,
                        int64_t C, float eps) override {
     if (!N) return;
-    k_ln_fwd<uint16_t><<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps, mm_ == DType::BF16);
-    ZR_CUDA(cudaGetLastError());
+    ln_fwd<uint16_t>(x, w, b, y, mean, rstd, N, C, eps, mm_ == DType::BF16);
   }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {
     if (nb == n)
@@ -1011,8 +1153,7 @@ class CudaBackend : public Backend {
   void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, int64_t N,
                      int64_t C, float eps) override {
     if (!N) return;
-    k_ln_fwd<float><<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps, false);
-    ZR_CUDA(cudaGetLastError());
+    ln_fwd<float>(x, w, b, y, mean, rstd, N, C, eps, false);
   }
   void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, Grad dx,
                      float* dw, float* db, int64_t N, int64_t C) override {
@@ -1098,8 +1239,9 @@ class CudaBackend : public Backend {
     DevBuf<float> delta(static_cast<size_t>(B * H * T), false);
     if (tensor_core_attention(C / H)) {
       Half q16 = qkv.h ? Half() : to16(qkv.p, n3), d16 = dout.h ? Half() : to16(dout.p, n);
+      DevBuf<float> dq_acc = attn_atomics_ ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
       flash::tc_backward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, dout.h ? dout.h : d16.p, dqkv.p,
-                         dqkv.h, dqkv.acc, delta.p, B, T, C, H);
+                         dqkv.h, dqkv.acc, delta.p, dq_acc.p, B, T, C, H);
       return;
     }
     DevBuf<float> qf = widened(qkv, n3), of = widened(out, n), df = widened(dout, n);
@@ -1288,14 +1430,29 @@ class CudaBackend : public Backend {
   template <class D>
   bool ln_bwd_fused(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, Grad dx,
                     float* dw, float* db, int64_t N, int64_t C, bool bf) {
-    if (!dw || !db || C > 1024) return false;
-    const int64_t rows_per = 8, chunks = (N + rows_per - 1) / rows_per;
+    const bool v4 = ln_v4_ && C % 4 == 0 && C <= 2048 && aligned16(x) && aligned16(w) && aligned16(dy) &&
+                    (!dx.p || aligned16(dx.p));
+    if (!dw || !db || (C > 1024 && !v4)) return false;
+    const int64_t rows_per = 16, chunks = (N + rows_per - 1) / rows_per;
     DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
     auto go = [&](auto kernel) {
       kernel<<<static_cast<unsigned>(chunks), 256>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, rows_per, part.p, bf);
       ZR_CUDA(cudaGetLastError());
     };
-    if (C <= 256)
+    const int64_t k4 = (C / 4 + 31) / 32;  // float4 chunks a lane
+    if (v4 && k4 <= 2)
+      go(k_ln_bwd_v4<D, 2>);
+    else if (v4 && k4 <= 4)
+      go(k_ln_bwd_v4<D, 4>);
+    else if (v4 && k4 <= 6)
+      go(k_ln_bwd_v4<D, 6>);
+    else if (v4 && k4 <= 8)
+      go(k_ln_bwd_v4<D, 8>);
+    else if (v4 && k4 <= 13)
+      go(k_ln_bwd_v4<D, 13>);
+    else if (v4)
+      go(k_ln_bwd_v4<D, 16>);
+    else if (C <= 256)
       go(k_ln_bwd_fused<D, 8>);
     else if (C <= 512)
       go(k_ln_bwd_fused<D, 16>);
@@ -1386,6 +1543,10 @@ class CudaBackend : public Backend {
     return d;
   }
   DType mm_ = DType::F32;
+  // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
+  // two atomic-free kernels (7 products, dQ the same bits every run).
+  bool attn_atomics_ = true;
+  bool ln_v4_ = !std::getenv("ZERORUN_LN_OLD");  // TEMPORARY A/B switch (this session): the old layernorm backward
   std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};
   int* ids_flag_ = nullptr;       // device: 0, or 1 + the index of the first failed deferred check

@@ -492,6 +492,140 @@ __global__ void __launch_bounds__(32 * kWarps)
                acc);
 }
 
+// ---- backward: one kernel, five products (FlashAttention-2's) ---------------------------
+// k_bwd_kv's loop plus dQ: each warp's dS^T rows go to shared memory, and the block's dQ for the query tile,
+// dS K over its 64 keys, is added into an f32 accumulator [B, H, T, HS] with float2 atomics (k_dq_out writes it
+// into the qkv gradient). Faster than k_bwd_kv + k_bwd_q, but the order of the additions into dQ varies from run
+// to run (bitwise reproducibility needs the two-kernel path).
+constexpr size_t kFusedSmem = kKvSmem + 2 * (size_t)kTile;
+
+template <bool BF>
+__global__ void __launch_bounds__(32 * kWarps)
+    k_bwd_fused(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+                uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
+  extern __shared__ __align__(128) uint16_t sm[];
+  uint16_t* Ks = sm;
+  uint16_t* Vs = Ks + kTile;
+  uint16_t* Qs = Vs + kTile;                              // [2][BR][LD]
+  uint16_t* dOs = Qs + 2 * kTile;                         // [2][BR][LD]
+  uint16_t* dSs = dOs + 2 * kTile;                        // [BR keys][LD]: dS^T of the current query tile
+  float* Ls = reinterpret_cast<float*>(dSs + kTile);      // [2][BR]
+  float* Ds = Ls + 2 * BR;                                // [2][BR]
+  const int nt = (T + BR - 1) / BR, kt = blockIdx.x;      // block 0 has the most query tiles
+  const int b = blockIdx.z, h = blockIdx.y, k0 = kt * BR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int64_t ld = 3 * (int64_t)C;
+  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
+  const uint16_t* dh = dout + (size_t)b * T * C + h * HS;
+  const float* L = lse + ((size_t)b * H + h) * T;
+  const float* Dl = delta + ((size_t)b * H + h) * T;
+  float* dqh = dq_acc + ((size_t)b * H + h) * T * HS;
+  load_tile(Ks, qh + C, ld, k0, T);
+  load_tile(Vs, qh + 2 * C, ld, k0, T);
+  load_tile(Qs, qh, ld, k0, T);
+  load_tile(dOs, dh, C, k0, T);
+  cp_commit();
+  load_row_terms(Ls, Ds, L, Dl, k0, T);
+  Acc dk, dv, s, dp;
+  Frag kf, vf;
+  zero(dk);
+  zero(dv);
+  for (int j = kt; j < nt; ++j) {
+    const int buf = (j - kt) & 1;
+    if (j + 1 < nt) {
+      load_tile(Qs + (buf ^ 1) * kTile, qh, ld, (j + 1) * BR, T);
+      load_tile(dOs + (buf ^ 1) * kTile, dh, C, (j + 1) * BR, T);
+      cp_commit();
+      load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* Qb = Qs + buf * kTile;
+    const uint16_t* dOb = dOs + buf * kTile;
+    const float* Lb = Ls + buf * BR;
+    const float* Db = Ds + buf * BR;
+    load_frag(kf, Ks + warp * 16 * LD, lane);
+    mm_abt<BF>(s, kf, Qb, lane);  // S^T (keys x queries)
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int c = 8 * n + 2 * t4 + (e & 1);  // query within the tile
+        const bool masked = j == kt && c < warp * 16 + g + 8 * (e >> 1);
+        s[n][e] = masked ? 0.f : exp2f(s[n][e] * kQk - Lb[c]);  // P^T
+      }
+    mm_pm<BF>(dv, s, dOb, lane);  // dV += P^T dO
+    load_frag(vf, Vs + warp * 16 * LD, lane);
+    mm_abt<BF>(dp, vf, dOb, lane);  // dP^T = V dO^T
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - Db[8 * n + 2 * t4 + (e & 1)]);  // dS^T
+    mm_pm<BF>(dk, dp, Qb, lane);  // dK += dS^T Q (times 1/sqrt(hs) when written)
+#pragma unroll
+    for (int half = 0; half < 2; ++half)  // dS^T rows (keys) into shared memory, rounded as the products use it
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8 * half) * LD + 8 * n + 2 * t4) =
+            pack2<BF>(dp[n][2 * half], dp[n][2 * half + 1]);
+    __syncthreads();
+    // dQ rows warp*16 .. +15 of the tile: dS (queries x the block's keys, dS^T read transposed) times K.
+    zero(s);
+#pragma unroll
+    for (int kc = 0; kc < BR / 16; ++kc) {
+      uint32_t a[4];
+      ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + warp * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+      for (int np = 0; np < HS / 16; ++np) {
+        uint32_t bb[4];
+        ldsm4_t(bb, Ks + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + np * 16 + (lane >> 4) * 8);
+        mma<BF>(s[2 * np], a, bb[0], bb[1]);
+        mma<BF>(s[2 * np + 1], a, bb[2], bb[3]);
+      }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = j * BR + warp * 16 + g + 8 * half;
+      if (r >= T) continue;
+      float* d = dqh + (size_t)r * HS + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(s[n][2 * half], s[n][2 * half + 1]));
+    }
+    __syncthreads();
+  }
+  float* base = dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr;
+  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr;
+  add_rows<BF>(dk, base ? base + C : nullptr, base16 ? base16 + C : nullptr, ld, k0 + warp * 16, T, lane, kInvSqrtHs,
+               acc);
+  add_rows<BF>(dv, base ? base + 2 * C : nullptr, base16 ? base16 + 2 * C : nullptr, ld, k0 + warp * 16, T, lane, 1.f,
+               acc);
+}
+
+// The accumulated dQ [B, H, T, HS] (times 1/sqrt(hs)) into the qkv gradient's q part: eight elements a thread.
+template <bool BF>
+__global__ void k_dq_out(const float* dq_acc, float* dqkv, uint16_t* dqkv16, int B, int T, int C, int H, bool acc) {
+  const int64_t n8 = (int64_t)B * H * T * (HS / 8);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t row = i / (HS / 8), bh = row / T;  // row = (b * H + h) * T + t
+    const int t = (int)(row % T), hh = (int)(bh % H), bb = (int)(bh / H), c8 = (int)(i % (HS / 8)) * 8;
+    float v[8];
+    ld8<BF>(dq_acc + i * 8, v);
+    const size_t off = ((size_t)bb * T + t) * 3 * C + hh * HS + c8;
+    if (dqkv16) {
+      uint4 u;
+      u.x = pack2<BF>(v[0] * kInvSqrtHs, v[1] * kInvSqrtHs), u.y = pack2<BF>(v[2] * kInvSqrtHs, v[3] * kInvSqrtHs);
+      u.z = pack2<BF>(v[4] * kInvSqrtHs, v[5] * kInvSqrtHs), u.w = pack2<BF>(v[6] * kInvSqrtHs, v[7] * kInvSqrtHs);
+      *reinterpret_cast<uint4*>(dqkv16 + off) = u;
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) dqkv[off + k] = (acc ? dqkv[off + k] : 0.f) + v[k] * kInvSqrtHs;
+    }
+  }
+}
+
 // ---- backward: dQ per query block ------------------------------------------------------
 constexpr size_t kQSmem = 2 * (size_t)(6 * kTile);  // Q, dO; double-buffered K, V
 
@@ -590,10 +724,12 @@ void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse
 
 template <bool BF>
 void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
-           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, int B, int T, int C, int H) {
-  static bool once = (opt_in_smem(k_bwd_kv<BF>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
+           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, int T, int C, int H) {
+  static bool once = (opt_in_smem(k_bwd_kv<BF>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem),
+                      opt_in_smem(k_bwd_fused<BF>, kFusedSmem), true);
   (void)once;
   const int64_t rows = (int64_t)B * T * H;
+  if (dq_acc) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS));
   const unsigned dg = (unsigned)std::min<int64_t>((rows + 31) / 32, 1 << 16);  // 32 (row, head) pairs per block
   if (out16)
     k_delta<BF, uint16_t><<<dg, 256>>>(out16, dout, delta, B, T, C, H);
@@ -601,6 +737,14 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
     k_delta<BF, float><<<dg, 256>>>(out, dout, delta, B, T, C, H);
   ZR_CUDA(cudaGetLastError());
   dim3 grid((T + BR - 1) / BR, H, B);
+  if (dq_acc) {
+    k_bwd_fused<BF><<<grid, 32 * kWarps, kFusedSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+    ZR_CUDA(cudaGetLastError());
+    const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
+    k_dq_out<BF><<<og, 256>>>(dq_acc, dqkv, dqkv16, B, T, C, H, acc);
+    ZR_CUDA(cudaGetLastError());
+    return;
+  }
   k_bwd_kv<BF><<<grid, 32 * kWarps, kKvSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
   k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
@@ -631,16 +775,16 @@ void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, flo
 }
 
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
-                 const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, int64_t B, int64_t T,
-                 int64_t C, int64_t H) {
+                 const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int64_t B,
+                 int64_t T, int64_t C, int64_t H) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
   ZR_CHECK(aligned(qkv, 16) && aligned(dout, 16) && aligned(out ? (const void*)out : out16, 16),
            "tensor-core attention needs 16-byte aligned qkv, output and output gradient");
   if (B * T == 0) return;
   if (bf16)
-    bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H);
   else
-    bwd_e<false>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<false>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H);
 }
 
 }  // namespace zerorun::kernels::flash

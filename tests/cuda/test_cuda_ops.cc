@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/flash_attention.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/graph.h"
 #include "zerorun/rng.h"
@@ -226,7 +227,7 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
                  dt);
     for (auto* a : {"gelu", "silu", "relu"}) compare_op16(a, {}, {rnd({9, 256}, r, 3.0)}, {}, all, dt);
     compare_op16("gelu", {}, {rnd({5, 100}, r, 3.0)}, {}, {{false}, false, true, true, false}, dt);
-    for (int64_t C : {200, 768, 1100})
+    for (int64_t C : {200, 768, 1100, 1600, 1002})
       compare_op16("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, C}, r)}, {{"weight", rnd({C}, r)}, {"bias", rnd({C}, r)}},
                    {{false}, true, true, true, true}, dt);
     // Head size 64: the tensor-core kernels read and write 16 bits (257 rows: a partial last tile).
@@ -244,6 +245,35 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
   }
 }
 
+TEST_CASE("tensor-core attention backward: the one-kernel path (dQ by atomics) equals the two atomic-free kernels",
+          "[cuda]") {
+  // Both paths for every gradient form (16-bit written, f32 written, f32 added into), 257 rows (a partial tile),
+  // three heads; the fused path's dQ sums the same rounded products in another order.
+  const int64_t B = 2, T = 257, H = 3, C = 64 * H, n3 = B * T * 3 * C, n = B * T * C;
+  Rng r(5);
+  auto bits16 = [&](int64_t count, double scale) { return to16(rnd({count}, r, scale), DType::BF16).to(kGpu); };
+  Tensor qkv = bits16(n3, 2.0), dout = bits16(n, 1.0), start = rnd({n3}, r).to(kGpu);
+  Tensor out = Tensor::uninit({n}, DType::BF16, MemCategory::Buffers, kGpu);
+  Tensor lse = Tensor::uninit({B * H * T}, DType::F32, MemCategory::Buffers, kGpu);
+  Tensor delta = Tensor::uninit({B * H * T}, DType::F32, MemCategory::Buffers, kGpu);
+  Tensor dq_acc = Tensor::uninit({n}, DType::F32, MemCategory::Buffers, kGpu);
+  auto q16 = [](const Tensor& t) { return static_cast<uint16_t*>(t.raw()); };
+  kernels::flash::tc_forward(true, q16(qkv), nullptr, q16(out), lse.f32(), B, T, C, H);
+  for (int form = 0; form < 3; ++form) {  // 0: 16-bit, 1: f32 written, 2: f32 added into `start`
+    Tensor got[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      Tensor g = form == 0 ? Tensor::uninit({n3}, DType::BF16, MemCategory::Buffers, kGpu)
+                           : (form == 2 ? start.clone(MemCategory::Buffers)
+                                        : Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu));
+      kernels::flash::tc_backward(true, q16(qkv), nullptr, q16(out), lse.f32(), q16(dout), form ? g.f32() : nullptr,
+                                  form ? nullptr : q16(g), form == 2, delta.f32(), fused ? dq_acc.f32() : nullptr, B,
+                                  T, C, H);
+      got[fused] = as_f32(g);
+    }
+    close(got[0], got[1], form ? 2e-5 : 8e-3, "attention backward, form " + std::to_string(form));
+  }
+}
+
 TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   Rng r(1);
   compare_op("linear", {}, {rnd({4, 33, 96}, r)}, {{"weight", rnd({80, 96}, r)}, {"bias", rnd({80}, r)}});
@@ -255,7 +285,8 @@ TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   for (auto* a : {"gelu", "relu", "silu"}) compare_op(a, {}, {rnd({9, 257}, r, 3.0)}, {});
   compare_op("layernorm", {{"eps", 1e-5}}, {rnd({6, 37, 200}, r)},
              {{"weight", rnd({200}, r)}, {"bias", rnd({200}, r)}});
-  for (int64_t C : {500, 768, 1000, 1100})  // the one-pass backward's register widths, and past them
+  // The 16-byte kernels' register widths (C % 4 == 0, up to 2048), the 4-byte ones (1002) and past both.
+  for (int64_t C : {500, 768, 1000, 1002, 1100, 1600, 2048, 2052, 2050})
     compare_op("layernorm", {{"eps", 1e-5}}, {rnd({3, 45, C}, r)}, {{"weight", rnd({C}, r)}, {"bias", rnd({C}, r)}});
   compare_op("rmsnorm", {{"eps", 1e-6}}, {rnd({6, 37, 200}, r)}, {{"weight", rnd({200}, r)}});
   compare_op("attention", {{"n_head", 4}}, {rnd({3, 70, 3 * 64}, r)}, {}, 5e-5);   // head size 16
