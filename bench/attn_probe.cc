@@ -2,9 +2,9 @@
 // 16-bit training step runs them), timed with CUDA events at a GPT-2 shape, so kernel changes can be compared
 // in seconds against PyTorch's SDPA (bench/torch_sdpa.py, same shape) without a training run.
 // Prints a JSON line per forward tiling (with its largest difference from tiling 0, the one training uses) and
-// one per backward path (row term + dK/dV + dQ as two deterministic kernels, or one with dQ atomics): ms a call and TFLOP/s (causal FLOPs:
-// 4·B·H·T²·D/2 forward, 2.5× that backward, as bench/torch_sdpa.py counts them).
-// Usage (device machine): zerorun_attn_probe [B H T]  (head size 64)
+// one per backward path (row term + dK/dV + dQ as two deterministic kernels, or one with dQ atomics): ms a call and
+// TFLOP/s (causal FLOPs: 4·B·H·T²·D/2 forward, 2.5× that backward, as bench/torch_sdpa.py counts them). Usage (device
+// machine): zerorun_attn_probe [B H T]  (head size 64)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -82,8 +82,8 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"probe\": \"zerorun tc attention bwd\", \"kernels\": \"%s\", \"B\": %lld, \"H\": %lld, "
           "\"T\": %lld, \"D\": %lld, \"ms\": %.4f, \"tflops\": %.1f, \"max_rel_diff_vs_two_kernel\": %.3g}\n",
-          fused ? "one, dQ atomics" : "two, deterministic", (long long)B, (long long)H, (long long)T, (long long)D,
-          bwd, 2.5 * fl / bwd / 1e9, m > 0 ? d / m : d);
+          fused ? "one, dQ atomics" : "two, deterministic", (long long)B, (long long)H, (long long)T, (long long)D, bwd,
+          2.5 * fl / bwd / 1e9, m > 0 ? d / m : d);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zerorun_attn_probe: %s\n", e.what());

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
 rm -rf .devbuild && mkdir -p .devbuild/bin .devbuild/lib .devbuild/lib-mpi
-for f in "$B/zerorun" "$B/tests/zerorun_cuda_tests" "$B/tests/zerorun_nccl_test" "$B/tests/zerorun_tests" "$B/tests/zerorun_gemm_probe" "$B/tests/zerorun_attn_probe" "$@"; do
+for f in "$B/zerorun" "$B/tests/zerorun_cuda_tests" "$B/tests/zerorun_nccl_test" "$B/tests/zerorun_gemm_probe" "$B/tests/zerorun_attn_probe" "$@"; do
   [[ -f "$f" && -x "$f" ]] || continue
   cp "$f" .devbuild/bin/ && strip .devbuild/bin/"$(basename "$f")"
 done

@@ -282,8 +282,8 @@ __global__ void k_ln_fwd(const float* x, const float* w, const float* b, Y* y, f
 // holding columns 4 (l + 32 k) .. +3 from one 16-byte load each, so x is read once and every load of the row is
 // in flight together (k_ln_fwd reads the row three times, one 4-byte load after another).
 template <class Y, int K4>
-__global__ void k_ln_fwd_reg(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd,
-                             int64_t N, int64_t C, float eps, bool bf) {
+__global__ void k_ln_fwd_reg(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd, int64_t N,
+                             int64_t C, float eps, bool bf) {
   const int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (row >= N) return;
@@ -1430,8 +1430,8 @@ class CudaBackend : public Backend {
   template <class D>
   bool ln_bwd_fused(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, Grad dx,
                     float* dw, float* db, int64_t N, int64_t C, bool bf) {
-    const bool v4 = ln_v4_ && C % 4 == 0 && C <= 2048 && aligned16(x) && aligned16(w) && aligned16(dy) &&
-                    (!dx.p || aligned16(dx.p));
+    const bool v4 =
+        C % 4 == 0 && C <= 2048 && aligned16(x) && aligned16(w) && aligned16(dy) && (!dx.p || aligned16(dx.p));
     if (!dw || !db || (C > 1024 && !v4)) return false;
     const int64_t rows_per = 16, chunks = (N + rows_per - 1) / rows_per;
     DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
@@ -1546,7 +1546,6 @@ class CudaBackend : public Backend {
   // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
   // two atomic-free kernels (7 products, dQ the same bits every run).
   bool attn_atomics_ = true;
-  bool ln_v4_ = !std::getenv("ZERORUN_LN_OLD");  // TEMPORARY A/B switch (this session): the old layernorm backward
   std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};
   int* ids_flag_ = nullptr;       // device: 0, or 1 + the index of the first failed deferred check

@@ -9,12 +9,13 @@
 // they lie (strided rows, no packed copies; rows past T are zero-filled in
 // shared memory), write the output in f32 or 16 bits, and the qkv gradient
 // added into / written over f32, or written in 16 bits. The softmax runs on
-// exp2 of the scores times log2(e)/sqrt(64). The forward gives each warp 32
-// query rows (two m16 tiles share every K/V fragment read from shared memory;
-// its Q fragments stay in registers), 128 rows a block. The backward is one
-// kernel per key block (dK, dV in registers) and one per query block (dQ):
-// seven products instead of FlashAttention-2's five with atomics, in exchange
-// for deterministic, atomic-free gradients.
+// exp2 of the scores times log2(e)/sqrt(64). The forward's tilings are swept by
+// bench/attn_probe.cc (training uses 16 query rows a warp, 8 warps, 64-key
+// tiles; its Q fragments stay in registers). The backward runs by default as
+// FlashAttention-2's five products in one kernel per key block (dK, dV in
+// registers, dQ added into an f32 accumulator with atomics); the atomic-free
+// alternative (ZERORUN_ATTN_ATOMICS=0) is one kernel per key block and one per
+// query block, seven products, the same bits every run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -506,12 +507,12 @@ __global__ void __launch_bounds__(32 * kWarps)
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Ks = sm;
   uint16_t* Vs = Ks + kTile;
-  uint16_t* Qs = Vs + kTile;                              // [2][BR][LD]
-  uint16_t* dOs = Qs + 2 * kTile;                         // [2][BR][LD]
-  uint16_t* dSs = dOs + 2 * kTile;                        // [BR keys][LD]: dS^T of the current query tile
-  float* Ls = reinterpret_cast<float*>(dSs + kTile);      // [2][BR]
-  float* Ds = Ls + 2 * BR;                                // [2][BR]
-  const int nt = (T + BR - 1) / BR, kt = blockIdx.x;      // block 0 has the most query tiles
+  uint16_t* Qs = Vs + kTile;                          // [2][BR][LD]
+  uint16_t* dOs = Qs + 2 * kTile;                     // [2][BR][LD]
+  uint16_t* dSs = dOs + 2 * kTile;                    // [BR keys][LD]: dS^T of the current query tile
+  float* Ls = reinterpret_cast<float*>(dSs + kTile);  // [2][BR]
+  float* Ds = Ls + 2 * BR;                            // [2][BR]
+  const int nt = (T + BR - 1) / BR, kt = blockIdx.x;  // block 0 has the most query tiles
   const int b = blockIdx.z, h = blockIdx.y, k0 = kt * BR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t ld = 3 * (int64_t)C;

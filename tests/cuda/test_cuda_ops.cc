@@ -266,8 +266,8 @@ TEST_CASE("tensor-core attention backward: the one-kernel path (dQ by atomics) e
                            : (form == 2 ? start.clone(MemCategory::Buffers)
                                         : Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu));
       kernels::flash::tc_backward(true, q16(qkv), nullptr, q16(out), lse.f32(), q16(dout), form ? g.f32() : nullptr,
-                                  form ? nullptr : q16(g), form == 2, delta.f32(), fused ? dq_acc.f32() : nullptr, B,
-                                  T, C, H);
+                                  form ? nullptr : q16(g), form == 2, delta.f32(), fused ? dq_acc.f32() : nullptr, B, T,
+                                  C, H);
       got[fused] = as_f32(g);
     }
     close(got[0], got[1], form ? 2e-5 : 8e-3, "attention backward, form " + std::to_string(form));
