@@ -135,6 +135,18 @@ __device__ inline void mm_abt(Acc& acc, const Frag& a, const uint16_t* B, int la
   }
 }
 
+// acc += A M_kc: A = one 16 x 16 fragment, M_kc = rows kc * 16 .. +15 of M (shared, stride LD) x HS columns.
+template <bool BF>
+__device__ inline void mm_a_rows(Acc& acc, const uint32_t (&a)[4], const uint16_t* M, int kc, int lane) {
+#pragma unroll
+  for (int np = 0; np < HS / 16; ++np) {
+    uint32_t b[4];
+    ldsm4_t(b, M + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + np * 16 + (lane >> 4) * 8);
+    mma<BF>(acc[2 * np], a, b[0], b[1]);
+    mma<BF>(acc[2 * np + 1], a, b[2], b[3]);
+  }
+}
+
 // acc += P M: P = 16 x 64 in accumulator layout (rounded to 16 bits here), M = 64 x HS (shared, stride LD).
 template <bool BF>
 __device__ inline void mm_pm(Acc& acc, const Acc& p, const uint16_t* M, int lane) {
@@ -143,13 +155,7 @@ __device__ inline void mm_pm(Acc& acc, const Acc& p, const uint16_t* M, int lane
     const uint32_t a[4] = {pack2<BF>(p[2 * kc][0], p[2 * kc][1]), pack2<BF>(p[2 * kc][2], p[2 * kc][3]),
                            pack2<BF>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
                            pack2<BF>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
-#pragma unroll
-    for (int np = 0; np < HS / 16; ++np) {
-      uint32_t b[4];
-      ldsm4_t(b, M + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + np * 16 + (lane >> 4) * 8);
-      mma<BF>(acc[2 * np], a, b[0], b[1]);
-      mma<BF>(acc[2 * np + 1], a, b[2], b[3]);
-    }
+    mm_a_rows<BF>(acc, a, M, kc, lane);
   }
 }
 
@@ -420,18 +426,25 @@ __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, co
   }
 }
 
-template <bool BF>
+// DQ = false: dK and dV only (k_bwd_q computes dQ). DQ = true: FlashAttention-2's five products in this one kernel:
+// each warp's dS^T rows go to shared memory, and the block's dQ for the query tile, dS K over its 64 keys, is
+// added into an f32 accumulator [B, H, T, HS] with float2 atomics (k_dq_out writes it into the qkv gradient).
+// Faster than k_bwd_kv<false> + k_bwd_q, but the order of the additions into dQ varies from run to run.
+constexpr size_t kKvDqSmem = kKvSmem + 2 * (size_t)kTile;  // + the dS^T tile
+
+template <bool BF, bool DQ>
 __global__ void __launch_bounds__(32 * kWarps)
     k_bwd_kv(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-             uint16_t* dqkv16, int T, int C, int H, bool acc) {
+             uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Ks = sm;
   uint16_t* Vs = Ks + kTile;
-  uint16_t* Qs = Vs + kTile;                              // [2][BR][LD]
-  uint16_t* dOs = Qs + 2 * kTile;                         // [2][BR][LD]
-  float* Ls = reinterpret_cast<float*>(dOs + 2 * kTile);  // [2][BR]
-  float* Ds = Ls + 2 * BR;                                // [2][BR]
-  const int nt = (T + BR - 1) / BR, kt = blockIdx.x;      // block 0 has the most query tiles
+  uint16_t* Qs = Vs + kTile;                                     // [2][BR][LD]
+  uint16_t* dOs = Qs + 2 * kTile;                                // [2][BR][LD]
+  uint16_t* dSs = dOs + 2 * kTile;                               // DQ: [BR keys][LD], dS^T of the query tile
+  float* Ls = reinterpret_cast<float*>(dSs + (DQ ? kTile : 0));  // [2][BR]
+  float* Ds = Ls + 2 * BR;                                       // [2][BR]
+  const int nt = (T + BR - 1) / BR, kt = blockIdx.x;             // block 0 has the most query tiles
   const int b = blockIdx.z, h = blockIdx.y, k0 = kt * BR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t ld = 3 * (int64_t)C;
@@ -439,6 +452,7 @@ __global__ void __launch_bounds__(32 * kWarps)
   const uint16_t* dh = dout + (size_t)b * T * C + h * HS;
   const float* L = lse + ((size_t)b * H + h) * T;
   const float* Dl = delta + ((size_t)b * H + h) * T;
+  float* dqh = DQ ? dq_acc + ((size_t)b * H + h) * T * HS : nullptr;
   load_tile(Ks, qh + C, ld, k0, T);
   load_tile(Vs, qh + 2 * C, ld, k0, T);
   load_tile(Qs, qh, ld, k0, T);
@@ -483,117 +497,31 @@ __global__ void __launch_bounds__(32 * kWarps)
 #pragma unroll
       for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - Db[8 * n + 2 * t4 + (e & 1)]);  // dS^T
     mm_pm<BF>(dk, dp, Qb, lane);  // dK += dS^T Q (times 1/sqrt(hs) when written)
-    __syncthreads();
-  }
-  float* base = dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr;
-  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr;
-  add_rows<BF>(dk, base ? base + C : nullptr, base16 ? base16 + C : nullptr, ld, k0 + warp * 16, T, lane, kInvSqrtHs,
-               acc);
-  add_rows<BF>(dv, base ? base + 2 * C : nullptr, base16 ? base16 + 2 * C : nullptr, ld, k0 + warp * 16, T, lane, 1.f,
-               acc);
-}
-
-// ---- backward: one kernel, five products (FlashAttention-2's) ---------------------------
-// k_bwd_kv's loop plus dQ: each warp's dS^T rows go to shared memory, and the block's dQ for the query tile,
-// dS K over its 64 keys, is added into an f32 accumulator [B, H, T, HS] with float2 atomics (k_dq_out writes it
-// into the qkv gradient). Faster than k_bwd_kv + k_bwd_q, but the order of the additions into dQ varies from run
-// to run (bitwise reproducibility needs the two-kernel path).
-constexpr size_t kFusedSmem = kKvSmem + 2 * (size_t)kTile;
-
-template <bool BF>
-__global__ void __launch_bounds__(32 * kWarps)
-    k_bwd_fused(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-                uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
-  extern __shared__ __align__(128) uint16_t sm[];
-  uint16_t* Ks = sm;
-  uint16_t* Vs = Ks + kTile;
-  uint16_t* Qs = Vs + kTile;                          // [2][BR][LD]
-  uint16_t* dOs = Qs + 2 * kTile;                     // [2][BR][LD]
-  uint16_t* dSs = dOs + 2 * kTile;                    // [BR keys][LD]: dS^T of the current query tile
-  float* Ls = reinterpret_cast<float*>(dSs + kTile);  // [2][BR]
-  float* Ds = Ls + 2 * BR;                            // [2][BR]
-  const int nt = (T + BR - 1) / BR, kt = blockIdx.x;  // block 0 has the most query tiles
-  const int b = blockIdx.z, h = blockIdx.y, k0 = kt * BR;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int64_t ld = 3 * (int64_t)C;
-  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
-  const uint16_t* dh = dout + (size_t)b * T * C + h * HS;
-  const float* L = lse + ((size_t)b * H + h) * T;
-  const float* Dl = delta + ((size_t)b * H + h) * T;
-  float* dqh = dq_acc + ((size_t)b * H + h) * T * HS;
-  load_tile(Ks, qh + C, ld, k0, T);
-  load_tile(Vs, qh + 2 * C, ld, k0, T);
-  load_tile(Qs, qh, ld, k0, T);
-  load_tile(dOs, dh, C, k0, T);
-  cp_commit();
-  load_row_terms(Ls, Ds, L, Dl, k0, T);
-  Acc dk, dv, s, dp;
-  Frag kf, vf;
-  zero(dk);
-  zero(dv);
-  for (int j = kt; j < nt; ++j) {
-    const int buf = (j - kt) & 1;
-    if (j + 1 < nt) {
-      load_tile(Qs + (buf ^ 1) * kTile, qh, ld, (j + 1) * BR, T);
-      load_tile(dOs + (buf ^ 1) * kTile, dh, C, (j + 1) * BR, T);
-      cp_commit();
-      load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
-    const uint16_t* Qb = Qs + buf * kTile;
-    const uint16_t* dOb = dOs + buf * kTile;
-    const float* Lb = Ls + buf * BR;
-    const float* Db = Ds + buf * BR;
-    load_frag(kf, Ks + warp * 16 * LD, lane);
-    mm_abt<BF>(s, kf, Qb, lane);  // S^T (keys x queries)
+    if constexpr (DQ) {
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int half = 0; half < 2; ++half)  // dS^T rows (keys) into shared memory, rounded as the products use it
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = 8 * n + 2 * t4 + (e & 1);  // query within the tile
-        const bool masked = j == kt && c < warp * 16 + g + 8 * (e >> 1);
-        s[n][e] = masked ? 0.f : exp2f(s[n][e] * kQk - Lb[c]);  // P^T
+        for (int n = 0; n < 8; ++n)
+          *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8 * half) * LD + 8 * n + 2 * t4) =
+              pack2<BF>(dp[n][2 * half], dp[n][2 * half + 1]);
+      __syncthreads();
+      // dQ rows warp*16 .. +15 of the tile: dS (queries x the block's keys, dS^T read transposed) times K.
+      zero(s);
+#pragma unroll
+      for (int kc = 0; kc < BR / 16; ++kc) {
+        uint32_t a[4];
+        ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + warp * 16 + ((lane >> 3) & 1) * 8);
+        mm_a_rows<BF>(s, a, Ks, kc, lane);
       }
-    mm_pm<BF>(dv, s, dOb, lane);  // dV += P^T dO
-    load_frag(vf, Vs + warp * 16 * LD, lane);
-    mm_abt<BF>(dp, vf, dOb, lane);  // dP^T = V dO^T
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int half = 0; half < 2; ++half) {
+        const int r = j * BR + warp * 16 + g + 8 * half;
+        if (r >= T) continue;
+        float* d = dqh + (size_t)r * HS + 2 * t4;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - Db[8 * n + 2 * t4 + (e & 1)]);  // dS^T
-    mm_pm<BF>(dk, dp, Qb, lane);  // dK += dS^T Q (times 1/sqrt(hs) when written)
-#pragma unroll
-    for (int half = 0; half < 2; ++half)  // dS^T rows (keys) into shared memory, rounded as the products use it
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-        *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8 * half) * LD + 8 * n + 2 * t4) =
-            pack2<BF>(dp[n][2 * half], dp[n][2 * half + 1]);
-    __syncthreads();
-    // dQ rows warp*16 .. +15 of the tile: dS (queries x the block's keys, dS^T read transposed) times K.
-    zero(s);
-#pragma unroll
-    for (int kc = 0; kc < BR / 16; ++kc) {
-      uint32_t a[4];
-      ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + warp * 16 + ((lane >> 3) & 1) * 8);
-#pragma unroll
-      for (int np = 0; np < HS / 16; ++np) {
-        uint32_t bb[4];
-        ldsm4_t(bb, Ks + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + np * 16 + (lane >> 4) * 8);
-        mma<BF>(s[2 * np], a, bb[0], bb[1]);
-        mma<BF>(s[2 * np + 1], a, bb[2], bb[3]);
+        for (int n = 0; n < 8; ++n)
+          atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(s[n][2 * half], s[n][2 * half + 1]));
       }
-    }
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = j * BR + warp * 16 + g + 8 * half;
-      if (r >= T) continue;
-      float* d = dqh + (size_t)r * HS + 2 * t4;
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-        atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(s[n][2 * half], s[n][2 * half + 1]));
     }
     __syncthreads();
   }
@@ -726,8 +654,8 @@ void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse
 template <bool BF>
 void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
            float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, int T, int C, int H) {
-  static bool once = (opt_in_smem(k_bwd_kv<BF>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem),
-                      opt_in_smem(k_bwd_fused<BF>, kFusedSmem), true);
+  static bool once = (opt_in_smem(k_bwd_kv<BF, false>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem),
+                      opt_in_smem(k_bwd_kv<BF, true>, kKvDqSmem), true);
   (void)once;
   const int64_t rows = (int64_t)B * T * H;
   if (dq_acc) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS));
@@ -739,14 +667,14 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
   ZR_CUDA(cudaGetLastError());
   dim3 grid((T + BR - 1) / BR, H, B);
   if (dq_acc) {
-    k_bwd_fused<BF><<<grid, 32 * kWarps, kFusedSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+    k_bwd_kv<BF, true><<<grid, 32 * kWarps, kKvDqSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
     ZR_CUDA(cudaGetLastError());
     const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
     k_dq_out<BF><<<og, 256>>>(dq_acc, dqkv, dqkv16, B, T, C, H, acc);
     ZR_CUDA(cudaGetLastError());
     return;
   }
-  k_bwd_kv<BF><<<grid, 32 * kWarps, kKvSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
+  k_bwd_kv<BF, false><<<grid, 32 * kWarps, kKvSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, nullptr, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
   k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
