@@ -179,10 +179,11 @@ class Backend {
       round_to(dt, src, r32, n);
   }
   // adam_step, then round_copies of the updated p, in the same pass where the backend can (the engine's
-  // compute copies of its fp32 master weights).
+  // compute copies of its fp32 master weights); r32_chunks (see RoundedOut::f32_chunks) may limit the f32 copies.
   virtual void adam_step_rounded(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                                  float beta2, float eps, float wd, bool adamw, bool bias_correction, int64_t step,
-                                 DType dt, float* r32, uint16_t* r16) {
+                                 DType dt, float* r32, uint16_t* r16, const int32_t* /*r32_chunks*/ = nullptr,
+                                 int64_t /*r32_base*/ = 0) {
     adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
     round_copies(dt, p, r32, r16, n);
   }

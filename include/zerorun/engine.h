@@ -113,6 +113,9 @@ class Engine {
   std::vector<GroupRt> rt_;
   Tensor compute_;      // stages 0-2: full padded compute params
   Tensor compute16_;    // 16-bit CUDA runs, stages 0-2: compute_ in 16 bits, what the products read
+  // With compute16_ and no f32 all-gather (stage 0, or one rank): per 256 elements of compute_, whether some op
+  // reads those f32 values (RoundedOut::f32_chunks); the update skips the f32 copies of the rest.
+  Tensor f32_chunks_;
   Tensor param_shard_;  // stage 3: this rank's compute-param shard
   Tensor master_;       // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
   Tensor grads_full_;   // stages 0-1

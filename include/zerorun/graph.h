@@ -91,6 +91,9 @@ class Op {
   virtual bool is_loss() const { return false; }
   // Whether the op honours NodeCtx::fuse_gelu and dgelu_input (linear).
   virtual bool fuses_gelu() const { return false; }
+  // Reads parameter `role` only through its 16-bit copy where the executor holds one (NodeCtx::params16), never
+  // its f32 values: the engine then need not refresh the f32 compute copy of it after an update.
+  virtual bool reads_param16_only(const std::string& /*role*/) const { return false; }
   // True where d(input) is d(output) itself whenever their shapes match (add): the executor may then hand the
   // input the output's gradient tensor and leave din[input] undefined.
   virtual bool grad_is_dout(size_t /*input*/) const { return false; }
@@ -138,6 +141,8 @@ class Executor {
   void set_grad(const std::string& name, const Tensor& t) { grads_[name] = t; }
   // 16-bit copies of parameters (see NodeCtx::params16); the caller keeps them equal to the rounded params.
   void set_params16(std::map<std::string, Tensor> p16) { params16_ = std::move(p16); }
+  // Whether any node reads parameter `name` as f32 values (false: only through its 16-bit copy).
+  bool reads_f32(const std::string& name) const;
   // Whether a node output is asked for in 16-bit storage (where the backend has it: CUDA 16-bit runs):
   // its producer emits16 and every consumer takes16. Throws for a name that is no node's output.
   bool stores16(const std::string& value) const;

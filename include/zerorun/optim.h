@@ -16,6 +16,10 @@ struct RoundedOut {
   DType dt = DType::F32;
   float* f32 = nullptr;
   uint16_t* h = nullptr;
+  // Where f32 values are wanted at all (GPU backends; others write every one): flag k (an int) covers elements
+  // [256 k, 256 k + 256) of the flat buffer, this piece starting at element f32_base; null: everywhere.
+  const int32_t* f32_chunks = nullptr;
+  int64_t f32_base = 0;
 };
 
 class Optimizer {

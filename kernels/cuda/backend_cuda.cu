@@ -840,13 +840,14 @@ __global__ void k_adam(float* p, const float* g, float* m, float* v, int64_t n, 
   GRID_STRIDE(i, n) adam_elem(p[i], g[i], m[i], v[i], c);
 }
 // k_adam, and the updated weight rounded (bf: bfloat16, else fp16) into r16 bits / r32 values (either may be null).
+// keep (null: all): f32 copies only in 256-element chunks whose flag is set, element i being chunk (base + i) / 256.
 __global__ void k_adam_round(float* p, const float* g, float* m, float* v, int64_t n, AdamCoeffs c, bool bf, float* r32,
-                             uint16_t* r16) {
+                             uint16_t* r16, const int32_t* keep, int64_t base) {
   GRID_STRIDE(i, n) {
     adam_elem(p[i], g[i], m[i], v[i], c);
     const uint16_t h = to16_bits(bf, p[i]);
     if (r16) r16[i] = h;
-    if (r32) r32[i] = from16(bf, h);
+    if (r32 && (!keep || keep[(base + i) >> 8])) r32[i] = from16(bf, h);
   }
 }
 __global__ void k_sgd(float* p, const float* g, float* buf, int64_t n, float lr, float mom, float damp, float wd,
@@ -1343,11 +1344,11 @@ class CudaBackend : public Backend {
   }
   void adam_step_rounded(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
                          float eps, float wd, bool adamw, bool bias_correction, int64_t step, DType dt, float* r32,
-                         uint16_t* r16) override {
+                         uint16_t* r16, const int32_t* r32_chunks, int64_t r32_base) override {
     if (!r32 && !r16) return adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
     ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "rounded AdamW copies need bf16 or f16");
     LAUNCH(k_adam_round, n, p, g, m, v, n, adam_coeffs(lr, beta1, beta2, eps, wd, adamw, bias_correction, step),
-           dt == DType::BF16, r32, r16);
+           dt == DType::BF16, r32, r16, r32_chunks, r32_base);
   }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
                 bool nesterov, bool first_step) override {

@@ -104,6 +104,13 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     std::map<std::string, Tensor> p16;
     for (auto& s : plan_.params) p16[s.name] = Tensor::view_of(compute16_, s.offset, model_.tensors.at(s.name).shape());
     exec_->set_params16(std::move(p16));
+    if (stage_ == 0 || comm_.size() == 1) {  // stages 1-2 on several ranks all-gather compute_ itself
+      Tensor flags = Tensor::zeros({(plan_.padded + 255) / 256}, DType::I32, MemCategory::Buffers, Device::cpu());
+      for (auto& s : plan_.params)
+        if (s.numel > 0 && exec_->reads_f32(s.name))
+          for (int64_t k = s.offset / 256; k <= (s.offset + s.numel - 1) / 256; ++k) flags.i32()[k] = 1;
+      f32_chunks_ = flags.to(dev_, MemCategory::Params);
+    }
   }
   if (cfg_.activation_checkpointing)
     for (size_t b = 0; b < model_.graph.blocks.size(); ++b)
@@ -343,6 +350,7 @@ RoundedOut Engine::rounded_out(int64_t begin) {
   o.dt = precision_dtype(cfg_.precision);
   o.f32 = compute_.f32() + begin;
   if (compute16_.defined()) o.h = static_cast<uint16_t*>(compute16_.raw()) + begin;
+  if (f32_chunks_.defined()) o.f32_chunks = f32_chunks_.i32(), o.f32_base = begin;
   return o;
 }
 

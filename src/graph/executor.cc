@@ -60,6 +60,14 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
   plan_residual_fusions();
 }
 
+bool Executor::reads_f32(const std::string& name) const {
+  if (!params16_.count(name)) return true;
+  for (size_t i = 0; i < g_.nodes.size(); ++i)
+    for (auto& [role, p] : g_.nodes[i].params)
+      if (p == name && !ops_[i]->reads_param16_only(role)) return true;
+  return false;
+}
+
 namespace {
 int planned(const std::vector<int>& per_node) {  // entries naming a fused partner node
   return static_cast<int>(std::count_if(per_node.begin(), per_node.end(), [](int i) { return i >= 0; }));

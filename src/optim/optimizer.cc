@@ -25,7 +25,7 @@ void Optimizer::update(float* p, const float* g, int64_t off, int64_t n, double 
     be.adam_step_rounded(p, g, m_.f32() + off, v_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
                          static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
                          static_cast<float>(cfg_.weight_decay), cfg_.adam_w_mode, cfg_.bias_correction, steps_, out.dt,
-                         out.f32, out.h);
+                         out.f32, out.h, out.f32_chunks, out.f32_base);
   }
 }
 

@@ -58,6 +58,8 @@ class Linear : public Op {
   }
   bool writes_grad(size_t) const override { return true; }
   bool fuses_gelu() const override { return true; }
+  // The weight: forward and backward use the kept 16-bit copy where there is one (w.f32() is read only without).
+  bool reads_param16_only(const std::string& role) const override { return role == "weight"; }
   bool fuses_residual() const override { return true; }
   bool takes16(size_t) const override { return true; }
   bool emits16(size_t) const override { return true; }
