@@ -67,10 +67,12 @@ int main(int argc, char** argv) {
     // atomics), checked against the first (largest difference over dQ, dK, dV, relative to the largest value).
     auto* dq_acc = static_cast<float*>(dev_alloc(B * T * C * 4));
     std::vector<uint16_t> ref_g(B * T * 3 * C), gr(B * T * 3 * C);
-    for (int fused = 0; fused < 2; ++fused) {
+    for (int run = 0; run <= tc_backward_configs(); ++run) {  // run 0: two kernels; then each one-kernel variant
+      const bool fused = run > 0;
       float* acc = fused ? dq_acc : nullptr;
-      const double bwd = event_ms(
-          [&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, acc, B, T, C, H); });
+      const double bwd = event_ms([&] {
+        tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, acc, B, T, C, H, fused ? run - 1 : 0);
+      });
       if (cudaDeviceSynchronize() != cudaSuccess) throw zerorun::Error("a kernel failed");
       cudaMemcpy(gr.data(), dqkv, gr.size() * 2, cudaMemcpyDeviceToHost);
       if (!fused) ref_g = gr;
@@ -80,9 +82,9 @@ int main(int argc, char** argv) {
         m = std::max(m, (double)std::fabs(bf(ref_g[i])));
       }
       std::printf(
-          "{\"probe\": \"zerorun tc attention bwd\", \"kernels\": \"%s\", \"B\": %lld, \"H\": %lld, "
+          "{\"probe\": \"zerorun tc attention bwd\", \"kernels\": \"%s\", \"variant\": %d, \"B\": %lld, \"H\": %lld, "
           "\"T\": %lld, \"D\": %lld, \"ms\": %.4f, \"tflops\": %.1f, \"max_rel_diff_vs_two_kernel\": %.3g}\n",
-          fused ? "one, dQ atomics" : "two, deterministic", (long long)B, (long long)H, (long long)T, (long long)D, bwd,
+          fused ? "one, dQ atomics" : "two, deterministic", fused ? run - 1 : 0, (long long)B, (long long)H, (long long)T, (long long)D, bwd,
           2.5 * fl / bwd / 1e9, m > 0 ? d / m : d);
     }
   } catch (const std::exception& e) {

@@ -23,7 +23,9 @@ const char* tc_forward_config_name(int cfg);
 // (acc) or written over dqkv, or (dqkv16 non-null, dqkv null) written in 16 bits. `delta`: B*H*T floats of scratch.
 // dq_acc non-null (B*T*C floats of scratch): one kernel of five products, dQ summed with atomics (faster, not
 // bitwise reproducible); null: a dK/dV kernel and a dQ kernel, seven products, no atomics, same bits every run.
+// cfg: the one-kernel path's variant (the probe sweeps 0 .. tc_backward_configs() - 1; training uses 0).
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
                  const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int64_t B,
-                 int64_t T, int64_t C, int64_t H);
+                 int64_t T, int64_t C, int64_t H, int cfg = 0);
+int tc_backward_configs();
 }  // namespace zerorun::kernels::flash

@@ -54,6 +54,14 @@ __device__ inline void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// 2^x on the special-function unit, denormal results flushed to zero (exp2f without fast-math adds the denormal
+// scaling around the same instruction; probabilities below 2^-126 do not matter here). ex2(-inf) = 0.
+__device__ inline float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
 
 // Four 8x8 16-bit matrices; lane l supplies the address of row l % 8 of matrix l / 8.
@@ -238,25 +246,29 @@ __global__ void k_delta(const O* out, const uint16_t* dout, float* delta, int B,
 
 // ---- forward ------------------------------------------------------------------------
 // Templated on the tiling (a sweep for bench/attn_probe.cc): MT m16 tiles of query rows per warp (MT = 2: every
-// K / V fragment read from shared memory feeds two products), NW warps a block, KT keys a streamed tile. Each
-// warp keeps its Q fragments in registers. Training uses tiling 0 (fwd_e lists them, fastest first).
-constexpr int kFwdCfgs = 3;
+// K / V fragment read from shared memory feeds two products), NW warps a block, KT keys a streamed tile, QR: the
+// warp's Q fragments kept in registers (else re-read from shared memory every key tile, fewer registers), MB: the
+// blocks an SM the registers are sized for (0: the compiler's choice). Training uses tiling 0 (fwd_e lists them).
+constexpr int kFwdCfgs = 8;
 constexpr float kQk = kLog2e / 8.f;  // scores -> log2 domain: log2(e) / sqrt(HS)
 constexpr float kInvSqrtHs = 1.f / 8.f;
 
-template <int MT, int NW, int KT>
+template <int MT, int NW, int KT, bool QR, int MB>
 struct FwdCfg {
   static constexpr int BQ = 16 * MT * NW;                              // query rows a block
   static constexpr size_t smem = 2 * (size_t)(BQ * LD + 4 * KT * LD);  // Q + double-buffered K, V
   static constexpr int NT = KT / 8;                                    // n8 tiles of a score row
+  static constexpr int kMinBlocks = MB > 0 ? MB : 1;
 };
 
 template <int NT>
 using AccN = float[NT][4];
 
-// acc[mt] = Q_mt K^T; K = NT * 8 rows (shared, stride LD).
-template <bool BF, int MT, int NT>
-__device__ inline void mm_qk(AccN<NT> (&acc)[MT], const Frag (&qf)[MT], const uint16_t* K, int lane) {
+// acc[mt] = Q_mt K^T; K = NT * 8 rows (shared, stride LD). QR: Q_mt from the fragments qf, else from shared
+// memory (Qw = the warp's first row, stride LD) one k-chunk at a time.
+template <bool BF, int MT, int NT, bool QR>
+__device__ inline void mm_qk(AccN<NT> (&acc)[MT], const Frag (&qf)[QR ? MT : 1], const uint16_t* Qw, const uint16_t* K,
+                             int lane) {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -264,17 +276,27 @@ __device__ inline void mm_qk(AccN<NT> (&acc)[MT], const Frag (&qf)[MT], const ui
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.f;
 #pragma unroll
-  for (int kc = 0; kc < HS / 16; ++kc)
+  for (int kc = 0; kc < HS / 16; ++kc) {
+    uint32_t qs[MT][4];
+    if constexpr (!QR)
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) ldsm4(qs[mt], Qw + (mt * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
       ldsm4(b, K + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kc * 16 + ((lane >> 3) & 1) * 8);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        mma<BF>(acc[mt][2 * np], qf[mt][kc], b[0], b[1]);
-        mma<BF>(acc[mt][2 * np + 1], qf[mt][kc], b[2], b[3]);
+        if constexpr (QR) {
+          mma<BF>(acc[mt][2 * np], qf[mt][kc], b[0], b[1]);
+          mma<BF>(acc[mt][2 * np + 1], qf[mt][kc], b[2], b[3]);
+        } else {
+          mma<BF>(acc[mt][2 * np], qs[mt], b[0], b[1]);
+          mma<BF>(acc[mt][2 * np + 1], qs[mt], b[2], b[3]);
+        }
       }
     }
+  }
 }
 
 // acc[mt] += P_mt V (P in accumulator layout, rounded to 16 bits here); V = NT * 8 rows.
@@ -303,10 +325,10 @@ __device__ inline void mm_pv(Acc (&acc)[MT], const AccN<NT> (&p)[MT], const uint
   }
 }
 
-template <bool BF, int MT, int NW, int KT>
-__global__ void __launch_bounds__(32 * NW)
+template <bool BF, int MT, int NW, int KT, bool QR, int MB>
+__global__ void __launch_bounds__(32 * NW, FwdCfg<MT, NW, KT, QR, MB>::kMinBlocks)
     k_fwd(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int T, int C, int H) {
-  using Cfg = FwdCfg<MT, NW, KT>;
+  using Cfg = FwdCfg<MT, NW, KT, QR, MB>;
   constexpr int BQ = Cfg::BQ, NT = Cfg::NT, QW = 16 * MT;
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Qs = sm;            // [BQ][LD]
@@ -324,7 +346,7 @@ __global__ void __launch_bounds__(32 * NW)
   load_tile<KT>(Ks, kh, ld, 0, T);
   load_tile<KT>(Vs, vh, ld, 0, T);
   cp_commit();
-  Frag qf[MT];
+  Frag qf[QR ? MT : 1];  // unused without QR
   Acc o[MT];
   AccN<NT> s[MT];
   float m[MT][2], l[MT][2];
@@ -345,12 +367,12 @@ __global__ void __launch_bounds__(32 * NW)
       cp_wait<0>();
     }
     __syncthreads();
-    if (j == 0)
+    if (QR && j == 0)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) load_frag(qf[mt], Qs + (warp * QW + mt * 16) * LD, lane);
+      for (int mt = 0; mt < MT; ++mt) load_frag(qf[QR ? mt : 0], Qs + (warp * QW + mt * 16) * LD, lane);
     const int k0 = j * KT;
     if (k0 <= w0 + QW - 1) {  // else every key of the tile is after all of the warp's queries
-      mm_qk<BF, MT, NT>(s, qf, Ks + buf * KT * LD, lane);
+      mm_qk<BF, MT, NT, QR>(s, qf, Qs + warp * QW * LD, Ks + buf * KT * LD, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
         if (k0 + KT - 1 > w0 + mt * 16)  // the tile reaches past this m-tile's first query: mask key > query
@@ -367,13 +389,13 @@ __global__ void __launch_bounds__(32 * NW)
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float mn = fmaxf(m[mt][r], mx * kQk);  // running max, log2 domain
-          const float corr = exp2f(m[mt][r] - mn);     // m = -inf on the first tile: 0
+          const float corr = ex2(m[mt][r] - mn);     // m = -inf on the first tile: 0
           m[mt][r] = mn;
           float sum = 0.f;
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
-            s[mt][n][2 * r] = exp2f(fmaf(s[mt][n][2 * r], kQk, -mn));
-            s[mt][n][2 * r + 1] = exp2f(fmaf(s[mt][n][2 * r + 1], kQk, -mn));
+            s[mt][n][2 * r] = ex2(fmaf(s[mt][n][2 * r], kQk, -mn));
+            s[mt][n][2 * r + 1] = ex2(fmaf(s[mt][n][2 * r + 1], kQk, -mn));
             sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
           }
 #pragma unroll
@@ -432,8 +454,8 @@ __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, co
 // Faster than k_bwd_kv<false> + k_bwd_q, but the order of the additions into dQ varies from run to run.
 constexpr size_t kKvDqSmem = kKvSmem + 2 * (size_t)kTile;  // + the dS^T tile
 
-template <bool BF, bool DQ>
-__global__ void __launch_bounds__(32 * kWarps)
+template <bool BF, bool DQ, int MB = 3, bool FX = true>
+__global__ void __launch_bounds__(32 * kWarps, MB)
     k_bwd_kv(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
              uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
   extern __shared__ __align__(128) uint16_t sm[];
@@ -487,7 +509,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       for (int e = 0; e < 4; ++e) {
         const int c = 8 * n + 2 * t4 + (e & 1);  // query within the tile
         const bool masked = j == kt && c < warp * 16 + g + 8 * (e >> 1);
-        s[n][e] = masked ? 0.f : exp2f(s[n][e] * kQk - Lb[c]);  // P^T
+        s[n][e] = masked ? 0.f : FX ? ex2(s[n][e] * kQk - Lb[c]) : exp2f(s[n][e] * kQk - Lb[c]);  // P^T
       }
     mm_pm<BF>(dv, s, dOb, lane);  // dV += P^T dO
     load_frag(vf, Vs + warp * 16 * LD, lane);
@@ -559,7 +581,7 @@ __global__ void k_dq_out(const float* dq_acc, float* dqkv, uint16_t* dqkv16, int
 constexpr size_t kQSmem = 2 * (size_t)(6 * kTile);  // Q, dO; double-buffered K, V
 
 template <bool BF>
-__global__ void __launch_bounds__(32 * kWarps)
+__global__ void __launch_bounds__(32 * kWarps, 3)
     k_bwd_q(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
             uint16_t* dqkv16, int T, int C, int H, bool acc) {
   extern __shared__ __align__(128) uint16_t sm[];
@@ -612,7 +634,7 @@ __global__ void __launch_bounds__(32 * kWarps)
       for (int e = 0; e < 4; ++e) {
         const int r = e >> 1;
         const bool masked = j == qt && 8 * n + 2 * t4 + (e & 1) > warp * 16 + g + 8 * r;
-        dp[n][e] = masked ? 0.f : exp2f(s[n][e] * kQk - Lr[r]) * (dp[n][e] - Dr[r]);  // dS
+        dp[n][e] = masked ? 0.f : ex2(s[n][e] * kQk - Lr[r]) * (dp[n][e] - Dr[r]);  // dS
       }
     mm_pm<BF>(dq, dp, Kb, lane);  // dQ += dS K
     __syncthreads();
@@ -626,36 +648,56 @@ void opt_in_smem(K kernel, size_t bytes) {
   ZR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <bool BF, int MT, int NW, int KT>
+template <bool BF, int MT, int NW, int KT, bool QR = true, int MB = 0>
 void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
-  using Cfg = FwdCfg<MT, NW, KT>;
-  static bool once = (opt_in_smem(k_fwd<BF, MT, NW, KT>, Cfg::smem), true);
+  using Cfg = FwdCfg<MT, NW, KT, QR, MB>;
+  static bool once = (opt_in_smem(k_fwd<BF, MT, NW, KT, QR, MB>, Cfg::smem), true);
   (void)once;
   dim3 grid((T + Cfg::BQ - 1) / Cfg::BQ, H, B);
-  k_fwd<BF, MT, NW, KT><<<grid, 32 * NW, Cfg::smem>>>(qkv, out, out16, lse, T, C, H);
+  k_fwd<BF, MT, NW, KT, QR, MB><<<grid, 32 * NW, Cfg::smem>>>(qkv, out, out16, lse, T, C, H);
   ZR_CUDA(cudaGetLastError());
 }
 
-// The forward tilings the probe sweeps: {MT, NW, KT}; 0 is the one training uses.
+// The forward tilings the probe sweeps: {MT, NW, KT, Q in registers, blocks an SM}; 0 is the one training uses.
 template <bool BF>
 void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
   switch (cfg) {
     case 0:  // 88.2 us at GPT-2 124M's shape on the H200 (B 8, H 12, T 1024)
-      return fwd_run<BF, 1, 8, 64>(qkv, out, out16, lse, B, T, C, H);
+      return fwd_run<BF, 1, 8, 64, true, 2>(qkv, out, out16, lse, B, T, C, H);
     case 1:  // 90.5 us
       return fwd_run<BF, 2, 4, 64>(qkv, out, out16, lse, B, T, C, H);
     case 2:  // 96.7 us
       return fwd_run<BF, 1, 8, 128>(qkv, out, out16, lse, B, T, C, H);
+    case 3:
+      return fwd_run<BF, 2, 4, 64, false>(qkv, out, out16, lse, B, T, C, H);
+    case 4:
+      return fwd_run<BF, 2, 4, 128, false>(qkv, out, out16, lse, B, T, C, H);
+    case 5:
+      return fwd_run<BF, 1, 8, 64>(qkv, out, out16, lse, B, T, C, H);
+    case 6:
+      return fwd_run<BF, 1, 4, 64, true, 4>(qkv, out, out16, lse, B, T, C, H);
+    case 7:
+      return fwd_run<BF, 2, 4, 64, false, 3>(qkv, out, out16, lse, B, T, C, H);
     default:
       ZR_FAIL("attention forward tiling ", cfg, " does not exist (0..", kFwdCfgs - 1, ")");
   }
 }
 
+// The one-kernel backward's variants the probe sweeps (blocks an SM its registers are sized for); 0 trains.
+constexpr int kBwdCfgs = 3;
+template <bool BF, int MB, bool FX = true>
+void bwd_kv_dq(dim3 grid, const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta,
+               float* dqkv, uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
+  static bool once = (opt_in_smem(k_bwd_kv<BF, true, MB, FX>, kKvDqSmem), true);
+  (void)once;
+  k_bwd_kv<BF, true, MB, FX><<<grid, 32 * kWarps, kKvDqSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+  ZR_CUDA(cudaGetLastError());
+}
+
 template <bool BF>
 void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
-           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, int T, int C, int H) {
-  static bool once = (opt_in_smem(k_bwd_kv<BF, false>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem),
-                      opt_in_smem(k_bwd_kv<BF, true>, kKvDqSmem), true);
+           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, int T, int C, int H, int cfg) {
+  static bool once = (opt_in_smem(k_bwd_kv<BF, false>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
   (void)once;
   const int64_t rows = (int64_t)B * T * H;
   if (dq_acc) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS));
@@ -667,8 +709,19 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
   ZR_CUDA(cudaGetLastError());
   dim3 grid((T + BR - 1) / BR, H, B);
   if (dq_acc) {
-    k_bwd_kv<BF, true><<<grid, 32 * kWarps, kKvDqSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
-    ZR_CUDA(cudaGetLastError());
+    switch (cfg) {
+      case 0:  // registers for three blocks an SM (at most 168)
+        bwd_kv_dq<BF, 3>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+        break;
+      case 1:  // the compiler's choice (202 registers: two blocks)
+        bwd_kv_dq<BF, 1>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+        break;
+      case 2:  // three blocks, exp2f (the denormal-exact exponential)
+        bwd_kv_dq<BF, 3, false>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+        break;
+      default:
+        ZR_FAIL("attention backward variant ", cfg, " does not exist (0..", kBwdCfgs - 1, ")");
+    }
     const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
     k_dq_out<BF><<<og, 256>>>(dq_acc, dqkv, dqkv16, B, T, C, H, acc);
     ZR_CUDA(cudaGetLastError());
@@ -685,9 +738,16 @@ bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) %
 
 bool tc_supported(int64_t head_size) { return head_size == HS; }
 int tc_forward_configs() { return kFwdCfgs; }
+int tc_backward_configs() { return kBwdCfgs; }
 const char* tc_forward_config_name(int cfg) {
-  static const char* names[kFwdCfgs] = {"16 rows/warp, 8 warps, 64 keys", "32 rows/warp, 4 warps, 64 keys",
-                                        "16 rows/warp, 8 warps, 128 keys"};
+  static const char* names[kFwdCfgs] = {"16 rows/warp, 8 warps, 64 keys, 2 blocks/SM regs",
+                                        "32 rows/warp, 4 warps, 64 keys",
+                                        "16 rows/warp, 8 warps, 128 keys",
+                                        "32 rows/warp, 4 warps, 64 keys, Q from smem",
+                                        "32 rows/warp, 4 warps, 128 keys, Q from smem",
+                                        "16 rows/warp, 8 warps, 64 keys",
+                                        "16 rows/warp, 4 warps, 64 keys, 4 blocks/SM regs",
+                                        "32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM"};
   return cfg >= 0 && cfg < kFwdCfgs ? names[cfg] : "?";
 }
 
@@ -705,15 +765,16 @@ void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, flo
 
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
                  const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int64_t B,
-                 int64_t T, int64_t C, int64_t H) {
+                 int64_t T, int64_t C, int64_t H, int cfg) {
   ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
   ZR_CHECK(aligned(qkv, 16) && aligned(dout, 16) && aligned(out ? (const void*)out : out16, 16),
            "tensor-core attention needs 16-byte aligned qkv, output and output gradient");
   if (B * T == 0) return;
   if (bf16)
-    bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H, cfg);
   else
-    bwd_e<false>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H);
+    bwd_e<false>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H,
+                 cfg);
 }
 
 }  // namespace zerorun::kernels::flash
