@@ -545,7 +545,11 @@ void col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o
 }
 // Column sums of a 16-bit N x C matrix (C % 8 == 0, 16-byte aligned rows) into k_col_partial's partials
 // (.y zero): eight columns per thread from one 16-byte load, a block covering 256 columns x a chunk of rows.
-__global__ void k_col16_partial(const uint16_t* dy, bool bf, int64_t N, int64_t C, int64_t rows_per, float* part) {
+// With `done` (one zeroed counter per column block): no .y, and the last block of each column block to finish
+// adds every chunk's partial, in chunk order, into out (+= where acc) and re-zeroes its counter: no col_final
+// launch, and the same sums whichever block comes last.
+__global__ void k_col16_partial(const uint16_t* dy, bool bf, int64_t N, int64_t C, int64_t rows_per, float* part,
+                                unsigned* done, float* out, bool acc) {
   const int64_t c0 = blockIdx.x * 256 + threadIdx.x * 8;
   const int64_t r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
   float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -569,8 +573,22 @@ __global__ void k_col16_partial(const uint16_t* dy, bool bf, int64_t N, int64_t 
     float v = 0.f;
     for (int k = 0; k < kColRows; ++k) v += sh[k][t];
     part[(2 * blockIdx.y) * C + c] = v;
-    part[(2 * blockIdx.y + 1) * C + c] = 0.f;
+    if (!done) part[(2 * blockIdx.y + 1) * C + c] = 0.f;
   }
+  if (!done) return;
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible before it counts itself done
+  __syncthreads();
+  if (t == 0) {
+    last = atomicAdd(done + blockIdx.x, 1u) == gridDim.y - 1;
+    if (last) done[blockIdx.x] = 0;  // for the next launch (kernels on the stream run one after another)
+  }
+  __syncthreads();
+  if (!last || c >= C) return;
+  __threadfence();
+  float v = 0.f;
+  for (int64_t k = 0; k < gridDim.y; ++k) v += __ldcg(part + 2 * k * C + c);  // L2: other blocks wrote them
+  out[c] = (acc ? out[c] : 0.f) + v;
 }
 // The linear backward's dy rounded to 16 bits (d) in the same pass that sums its
 // columns for the bias gradient (partials as k_col_partial's, .y unused).
@@ -933,6 +951,10 @@ struct DevBuf {  // scratch from the caching allocator
   DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes), dev(o.dev) { o.p = nullptr; }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf& operator=(DevBuf&& o) noexcept {
+    std::swap(p, o.p), std::swap(bytes, o.bytes), std::swap(dev, o.dev);
+    return *this;
+  }
   ~DevBuf() {
     if (p) cuda::device_free(p, bytes, dev);
   }
@@ -1464,17 +1486,18 @@ class CudaBackend : public Backend {
     col_final(part.p, chunks, C, dw, db, true);
     return true;
   }
-  // db += the column sums of the 16-bit dy [N, C].
+  // db += the column sums of the 16-bit dy [N, C]: one kernel (its last blocks add the chunks' partials).
   void bias_grad16(const uint16_t* dy, int64_t N, int64_t C, float* db) {
     const bool bf = mm_ == DType::BF16;
     if (C % 8 != 0 || reinterpret_cast<uintptr_t>(dy) % 16 != 0 || N <= 0)
       return column_sums(ColOf16{dy, bf}, N, C, db, nullptr);
-    const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per;
+    const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per, cblocks = (C + 255) / 256;
+    if (done_.bytes < static_cast<size_t>(cblocks) * sizeof(unsigned))
+      done_ = DevBuf<unsigned>(static_cast<size_t>(std::max<int64_t>(cblocks, 1024)));  // zeroed
     DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
-    dim3 grid(static_cast<unsigned>((C + 255) / 256), static_cast<unsigned>(chunks));
-    k_col16_partial<<<grid, dim3(32, kColRows)>>>(dy, bf, N, C, rows_per, part.p);
+    dim3 grid(static_cast<unsigned>(cblocks), static_cast<unsigned>(chunks));
+    k_col16_partial<<<grid, dim3(32, kColRows)>>>(dy, bf, N, C, rows_per, part.p, done_.p, db, true);
     ZR_CUDA(cudaGetLastError());
-    col_final(part.p, chunks, C, db, nullptr, true);
   }
   // An f32 copy of a 16-bit input (empty when it is f32 already).
   DevBuf<float> widened(Src x, int64_t n) {
@@ -1544,6 +1567,7 @@ class CudaBackend : public Backend {
     return d;
   }
   DType mm_ = DType::F32;
+  DevBuf<unsigned> done_;  // zeroed completion counters of the one-kernel column sums (each re-zeroes its own)
   // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
   // two atomic-free kernels (7 products, dQ the same bits every run).
   bool attn_atomics_ = true;
