@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
       const bool fused = run > 0;
       float* acc = fused ? dq_acc : nullptr;
       const double bwd = event_ms([&] {
-        tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, acc, B, T, C, H, fused ? run - 1 : 0);
+        tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, acc, B, T, C, H,
+                    fused ? run - 1 : 0);
       });
       if (cudaDeviceSynchronize() != cudaSuccess) throw zerorun::Error("a kernel failed");
       cudaMemcpy(gr.data(), dqkv, gr.size() * 2, cudaMemcpyDeviceToHost);
@@ -84,8 +85,8 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"probe\": \"zerorun tc attention bwd\", \"kernels\": \"%s\", \"variant\": %d, \"B\": %lld, \"H\": %lld, "
           "\"T\": %lld, \"D\": %lld, \"ms\": %.4f, \"tflops\": %.1f, \"max_rel_diff_vs_two_kernel\": %.3g}\n",
-          fused ? "one, dQ atomics" : "two, deterministic", fused ? run - 1 : 0, (long long)B, (long long)H, (long long)T, (long long)D, bwd,
-          2.5 * fl / bwd / 1e9, m > 0 ? d / m : d);
+          fused ? "one, dQ atomics" : "two, deterministic", fused ? run - 1 : 0, (long long)B, (long long)H,
+          (long long)T, (long long)D, bwd, 2.5 * fl / bwd / 1e9, m > 0 ? d / m : d);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zerorun_attn_probe: %s\n", e.what());

@@ -111,8 +111,8 @@ class Engine {
   std::vector<std::vector<int>> block_groups_;  // groups each block uses
   std::vector<size_t> ready_block_;             // group -> block after whose backward its grads are complete
   std::vector<GroupRt> rt_;
-  Tensor compute_;      // stages 0-2: full padded compute params
-  Tensor compute16_;    // 16-bit CUDA runs, stages 0-2: compute_ in 16 bits, what the products read
+  Tensor compute_;    // stages 0-2: full padded compute params
+  Tensor compute16_;  // 16-bit CUDA runs, stages 0-2: compute_ in 16 bits, what the products read
   // With compute16_ and no f32 all-gather (stage 0, or one rank): per 256 elements of compute_, whether some op
   // reads those f32 values (RoundedOut::f32_chunks); the update skips the f32 copies of the rest.
   Tensor f32_chunks_;

@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(32 * NW, FwdCfg<MT, NW, KT, QR, MB>::kMinBlock
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
           const float mn = fmaxf(m[mt][r], mx * kQk);  // running max, log2 domain
-          const float corr = ex2(m[mt][r] - mn);     // m = -inf on the first tile: 0
+          const float corr = ex2(m[mt][r] - mn);       // m = -inf on the first tile: 0
           m[mt][r] = mn;
           float sum = 0.f;
 #pragma unroll
@@ -686,11 +686,12 @@ void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse
 // The one-kernel backward's variants the probe sweeps (blocks an SM its registers are sized for); 0 trains.
 constexpr int kBwdCfgs = 3;
 template <bool BF, int MB, bool FX = true>
-void bwd_kv_dq(dim3 grid, const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta,
-               float* dqkv, uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
+void bwd_kv_dq(dim3 grid, const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+               uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
   static bool once = (opt_in_smem(k_bwd_kv<BF, true, MB, FX>, kKvDqSmem), true);
   (void)once;
-  k_bwd_kv<BF, true, MB, FX><<<grid, 32 * kWarps, kKvDqSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+  k_bwd_kv<BF, true, MB, FX>
+      <<<grid, 32 * kWarps, kKvDqSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
 }
 
@@ -773,8 +774,7 @@ void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_
   if (bf16)
     bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H, cfg);
   else
-    bwd_e<false>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H,
-                 cfg);
+    bwd_e<false>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H, cfg);
 }
 
 }  // namespace zerorun::kernels::flash
