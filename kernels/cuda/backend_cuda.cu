@@ -586,9 +586,15 @@ __global__ void k_col16_partial(const uint16_t* dy, bool bf, int64_t N, int64_t 
   __syncthreads();
   if (!last || c >= C) return;
   __threadfence();
-  float v = 0.f;
-  for (int64_t k = 0; k < gridDim.y; ++k) v += __ldcg(part + 2 * k * C + c);  // L2: other blocks wrote them
-  out[c] = (acc ? out[c] : 0.f) + v;
+  // Four independent sums (chunk k into sum k % 4) keep four L2 reads in flight; the order is fixed.
+  float v[4] = {0.f, 0.f, 0.f, 0.f};
+  const int64_t nk = gridDim.y;
+  int64_t k = 0;
+  for (; k + 4 <= nk; k += 4)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] += __ldcg(part + 2 * (k + u) * C + c);  // L2: other blocks wrote them
+  for (; k < nk; ++k) v[k % 4] += __ldcg(part + 2 * k * C + c);
+  out[c] = (acc ? out[c] : 0.f) + ((v[0] + v[1]) + (v[2] + v[3]));
 }
 // The linear backward's dy rounded to 16 bits (d) in the same pass that sums its
 // columns for the bias gradient (partials as k_col_partial's, .y unused).
@@ -610,6 +616,34 @@ __global__ void k_to16_colsum(bool bf, const float* dy, uint16_t* d, int64_t N, 
     float a = 0.f;
     for (int k = 0; k < kColRows; ++k) a += sh[k][threadIdx.x];
     part[(2 * blockIdx.y) * C + c] = a;
+    part[(2 * blockIdx.y + 1) * C + c] = 0.f;
+  }
+}
+// k_to16_colsum with four columns a thread (C % 4 == 0, 16-byte aligned rows): a block covers 128 columns.
+__global__ void k_to16_colsum4(bool bf, const float* dy, uint16_t* d, int64_t N, int64_t C, int64_t rows_per,
+                               float* part) {
+  const int64_t c0 = blockIdx.x * 128 + threadIdx.x * 4;
+  const int64_t r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
+  float a[4] = {0.f, 0.f, 0.f, 0.f};
+  if (c0 < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
+      const float4 v = *reinterpret_cast<const float4*>(dy + r * C + c0);
+      uint2 h;
+      h.x = to16_bits(bf, v.x) | (static_cast<uint32_t>(to16_bits(bf, v.y)) << 16);
+      h.y = to16_bits(bf, v.z) | (static_cast<uint32_t>(to16_bits(bf, v.w)) << 16);
+      *reinterpret_cast<uint2*>(d + r * C + c0) = h;
+      a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
+    }
+  __shared__ float sh[kColRows][128 + 4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) sh[threadIdx.y][threadIdx.x * 4 + i] = a[i];
+  __syncthreads();
+  const int t = threadIdx.y * 32 + threadIdx.x;
+  const int64_t c = blockIdx.x * 128 + t;
+  if (t < 128 && c < C) {
+    float v = 0.f;
+    for (int k = 0; k < kColRows; ++k) v += sh[k][t];
+    part[(2 * blockIdx.y) * C + c] = v;
     part[(2 * blockIdx.y + 1) * C + c] = 0.f;
   }
 }
@@ -1444,8 +1478,13 @@ class CudaBackend : public Backend {
     profile::Scope ps(".. to16 + bias grad");
     const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per;
     DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
-    dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
-    k_to16_colsum<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
+    if (C % 4 == 0 && aligned16(dy) && reinterpret_cast<uintptr_t>(d) % 8 == 0) {
+      dim3 grid(static_cast<unsigned>((C + 127) / 128), static_cast<unsigned>(chunks));
+      k_to16_colsum4<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
+    } else {
+      dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
+      k_to16_colsum<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
+    }
     ZR_CUDA(cudaGetLastError());
     col_final(part.p, chunks, C, db, nullptr, true);
   }

@@ -244,12 +244,23 @@ __global__ void k_delta(const O* out, const uint16_t* dout, float* delta, int B,
   }
 }
 
+// The (tile, head, batch) a block of a (tiles, H, B) grid works on. Tile 0 is the longest. LPT: every head's
+// longest tile before any shorter one (blocks are issued in linear order, x fastest), so the last wave holds the
+// shortest tiles; else tiles in grid order (each head's tiles, longest first, one head after another).
+template <bool LPT>
+__device__ inline int3 tile_of_block() {
+  if constexpr (!LPT) return make_int3(blockIdx.x, blockIdx.y, blockIdx.z);
+  const int lin = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z), nbh = gridDim.y * gridDim.z;
+  const int bh = lin % nbh;
+  return make_int3(lin / nbh, bh % gridDim.y, bh / gridDim.y);
+}
+
 // ---- forward ------------------------------------------------------------------------
 // Templated on the tiling (a sweep for bench/attn_probe.cc): MT m16 tiles of query rows per warp (MT = 2: every
 // K / V fragment read from shared memory feeds two products), NW warps a block, KT keys a streamed tile, QR: the
 // warp's Q fragments kept in registers (else re-read from shared memory every key tile, fewer registers), MB: the
 // blocks an SM the registers are sized for (0: the compiler's choice). Training uses tiling 0 (fwd_e lists them).
-constexpr int kFwdCfgs = 8;
+constexpr int kFwdCfgs = 10;
 constexpr float kQk = kLog2e / 8.f;  // scores -> log2 domain: log2(e) / sqrt(HS)
 constexpr float kInvSqrtHs = 1.f / 8.f;
 
@@ -325,7 +336,7 @@ __device__ inline void mm_pv(Acc (&acc)[MT], const AccN<NT> (&p)[MT], const uint
   }
 }
 
-template <bool BF, int MT, int NW, int KT, bool QR, int MB>
+template <bool BF, int MT, int NW, int KT, bool QR, int MB, bool LPT>
 __global__ void __launch_bounds__(32 * NW, FwdCfg<MT, NW, KT, QR, MB>::kMinBlocks)
     k_fwd(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int T, int C, int H) {
   using Cfg = FwdCfg<MT, NW, KT, QR, MB>;
@@ -334,8 +345,9 @@ __global__ void __launch_bounds__(32 * NW, FwdCfg<MT, NW, KT, QR, MB>::kMinBlock
   uint16_t* Qs = sm;            // [BQ][LD]
   uint16_t* Ks = Qs + BQ * LD;  // [2][KT][LD]
   uint16_t* Vs = Ks + 2 * KT * LD;
-  const int nq = (T + BQ - 1) / BQ, qb = nq - 1 - blockIdx.x;  // the longest rows first
-  const int b = blockIdx.z, h = blockIdx.y, q0 = qb * BQ;
+  const int3 tile = tile_of_block<LPT>();
+  const int nq = (T + BQ - 1) / BQ, qb = nq - 1 - tile.x;  // the longest rows first
+  const int b = tile.z, h = tile.y, q0 = qb * BQ;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int w0 = q0 + warp * QW;  // the warp's first query row
   const int64_t ld = 3 * (int64_t)C;
@@ -454,7 +466,7 @@ __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, co
 // Faster than k_bwd_kv<false> + k_bwd_q, but the order of the additions into dQ varies from run to run.
 constexpr size_t kKvDqSmem = kKvSmem + 2 * (size_t)kTile;  // + the dS^T tile
 
-template <bool BF, bool DQ, int MB = 3, bool FX = true>
+template <bool BF, bool DQ, int MB = 3, bool FX = true, bool LPT = false>
 __global__ void __launch_bounds__(32 * kWarps, MB)
     k_bwd_kv(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
              uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
@@ -466,8 +478,9 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   uint16_t* dSs = dOs + 2 * kTile;                               // DQ: [BR keys][LD], dS^T of the query tile
   float* Ls = reinterpret_cast<float*>(dSs + (DQ ? kTile : 0));  // [2][BR]
   float* Ds = Ls + 2 * BR;                                       // [2][BR]
-  const int nt = (T + BR - 1) / BR, kt = blockIdx.x;             // block 0 has the most query tiles
-  const int b = blockIdx.z, h = blockIdx.y, k0 = kt * BR;
+  const int3 tile = tile_of_block<LPT>();
+  const int nt = (T + BR - 1) / BR, kt = tile.x;  // key tile 0 has the most query tiles
+  const int b = tile.z, h = tile.y, k0 = kt * BR;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
   const int64_t ld = 3 * (int64_t)C;
   const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
@@ -648,13 +661,13 @@ void opt_in_smem(K kernel, size_t bytes) {
   ZR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <bool BF, int MT, int NW, int KT, bool QR = true, int MB = 0>
+template <bool BF, int MT, int NW, int KT, bool QR = true, int MB = 0, bool LPT = false>
 void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
   using Cfg = FwdCfg<MT, NW, KT, QR, MB>;
-  static bool once = (opt_in_smem(k_fwd<BF, MT, NW, KT, QR, MB>, Cfg::smem), true);
+  static bool once = (opt_in_smem(k_fwd<BF, MT, NW, KT, QR, MB, LPT>, Cfg::smem), true);
   (void)once;
   dim3 grid((T + Cfg::BQ - 1) / Cfg::BQ, H, B);
-  k_fwd<BF, MT, NW, KT, QR, MB><<<grid, 32 * NW, Cfg::smem>>>(qkv, out, out16, lse, T, C, H);
+  k_fwd<BF, MT, NW, KT, QR, MB, LPT><<<grid, 32 * NW, Cfg::smem>>>(qkv, out, out16, lse, T, C, H);
   ZR_CUDA(cudaGetLastError());
 }
 
@@ -678,14 +691,18 @@ void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse
       return fwd_run<BF, 1, 4, 64, true, 4>(qkv, out, out16, lse, B, T, C, H);
     case 7:
       return fwd_run<BF, 2, 4, 64, false, 3>(qkv, out, out16, lse, B, T, C, H);
+    case 8:
+      return fwd_run<BF, 1, 8, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
+    case 9:
+      return fwd_run<BF, 2, 4, 64, false, 3, true>(qkv, out, out16, lse, B, T, C, H);
     default:
       ZR_FAIL("attention forward tiling ", cfg, " does not exist (0..", kFwdCfgs - 1, ")");
   }
 }
 
 // The one-kernel backward's variants the probe sweeps (blocks an SM its registers are sized for); 0 trains.
-constexpr int kBwdCfgs = 3;
-template <bool BF, int MB, bool FX = true>
+constexpr int kBwdCfgs = 4;
+template <bool BF, int MB, bool FX = true, bool LPT = false>
 void bwd_kv_dq(dim3 grid, const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
                uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
   static bool once = (opt_in_smem(k_bwd_kv<BF, true, MB, FX>, kKvDqSmem), true);
@@ -720,6 +737,9 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
       case 2:  // three blocks, exp2f (the denormal-exact exponential)
         bwd_kv_dq<BF, 3, false>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
         break;
+      case 3:  // variant 0, every head's longest key tile first
+        bwd_kv_dq<BF, 3, true, true>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+        break;
       default:
         ZR_FAIL("attention backward variant ", cfg, " does not exist (0..", kBwdCfgs - 1, ")");
     }
@@ -748,7 +768,9 @@ const char* tc_forward_config_name(int cfg) {
                                         "32 rows/warp, 4 warps, 128 keys, Q from smem",
                                         "16 rows/warp, 8 warps, 64 keys",
                                         "16 rows/warp, 4 warps, 64 keys, 4 blocks/SM regs",
-                                        "32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM"};
+                                        "32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM",
+                                        "tiling 0, every head's longest tile first",
+                                        "tiling 7, every head's longest tile first"};
   return cfg >= 0 && cfg < kFwdCfgs ? names[cfg] : "?";
 }
 

@@ -225,6 +225,8 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
     compare_op16("linear", {}, {rnd({4, 33, 96}, r)}, {{"weight", rnd({80, 96}, r)}, {"bias", rnd({80}, r)}}, all, dt);
     compare_op16("linear", {}, {rnd({70, 64}, r)}, {{"weight", rnd({48, 64}, r)}}, {{false}, false, true, true, false},
                  dt);
+    compare_op16("linear", {}, {rnd({3, 400, 64}, r)}, {{"weight", rnd({264, 64}, r)}, {"bias", rnd({264}, r)}}, all,
+                 dt);  // the one-kernel 16-bit bias gradient: two column blocks, 19 row chunks
     for (auto* a : {"gelu", "silu", "relu"}) compare_op16(a, {}, {rnd({9, 256}, r, 3.0)}, {}, all, dt);
     compare_op16("gelu", {}, {rnd({5, 100}, r, 3.0)}, {}, {{false}, false, true, true, false}, dt);
     for (int64_t C : {200, 768, 1100, 1600, 1002})
@@ -306,6 +308,10 @@ TEST_CASE("16-bit matmul inputs: exact on 16-bit operands, rounding on others", 
     Rng r(11);
     Tensor x = rnd({4, 33, 96}, r), w = rnd({80, 96}, r), bias = rnd({80}, r);
     compare_op("linear", {}, {x}, {{"weight", w}, {"bias", bias}}, 2e-5, dt);
+    // Bias-gradient sums: several column blocks and 19 row chunks (264 columns), and the 4-byte path (81).
+    compare_op("linear", {}, {rnd({4, 300, 96}, r)}, {{"weight", rnd({264, 96}, r)}, {"bias", rnd({264}, r)}}, 2e-5,
+               dt);
+    compare_op("linear", {}, {rnd({2, 70, 32}, r)}, {{"weight", rnd({81, 32}, r)}, {"bias", rnd({81}, r)}}, 2e-5, dt);
     compare_op("matmul", {}, {rnd({3, 17, 24}, r), rnd({3, 24, 19}, r)}, {}, 2e-5, dt);
     compare_op("matmul", {}, {rnd({3, 17, 24}, r), rnd({24, 19}, r)}, {}, 2e-5, dt);
     // Unrounded operands: the product is visibly 16-bit (so the mode is on), within 16-bit error.
