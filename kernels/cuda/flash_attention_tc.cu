@@ -10,8 +10,9 @@
 // shared memory), write the output in f32 or 16 bits, and the qkv gradient
 // added into / written over f32, or written in 16 bits. The softmax runs on
 // exp2 of the scores times log2(e)/sqrt(64). The forward's tilings are swept by
-// bench/attn_probe.cc (training uses 16 query rows a warp, 8 warps, 64-key
-// tiles; its Q fragments stay in registers). The backward runs by default as
+// bench/attn_probe.cc (training uses 32 query rows a warp, 4 warps, 64-key
+// tiles, Q re-read from shared memory). Blocks take every head's longest tile
+// first (the causal tail wave then holds the short ones). The backward runs as
 // FlashAttention-2's five products in one kernel per key block (dK, dV in
 // registers, dQ added into an f32 accumulator with atomics); the atomic-free
 // alternative (ZERORUN_ATTN_ATOMICS=0) is one kernel per key block and one per
@@ -675,26 +676,26 @@ void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B
 template <bool BF>
 void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
   switch (cfg) {
-    case 0:  // 88.2 us at GPT-2 124M's shape on the H200 (B 8, H 12, T 1024)
-      return fwd_run<BF, 1, 8, 64, true, 2>(qkv, out, out16, lse, B, T, C, H);
-    case 1:  // 90.5 us
-      return fwd_run<BF, 2, 4, 64>(qkv, out, out16, lse, B, T, C, H);
-    case 2:  // 96.7 us
-      return fwd_run<BF, 1, 8, 128>(qkv, out, out16, lse, B, T, C, H);
-    case 3:
-      return fwd_run<BF, 2, 4, 64, false>(qkv, out, out16, lse, B, T, C, H);
-    case 4:
-      return fwd_run<BF, 2, 4, 128, false>(qkv, out, out16, lse, B, T, C, H);
-    case 5:
-      return fwd_run<BF, 1, 8, 64>(qkv, out, out16, lse, B, T, C, H);
-    case 6:
-      return fwd_run<BF, 1, 4, 64, true, 4>(qkv, out, out16, lse, B, T, C, H);
-    case 7:
-      return fwd_run<BF, 2, 4, 64, false, 3>(qkv, out, out16, lse, B, T, C, H);
-    case 8:
-      return fwd_run<BF, 1, 8, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
-    case 9:
+    case 0:  // 63.7 us at GPT-2 124M's shape on the H200 (B 8, H 12, T 1024; SDPA 50-51 us, same call)
       return fwd_run<BF, 2, 4, 64, false, 3, true>(qkv, out, out16, lse, B, T, C, H);
+    case 1:  // 87.5 us
+      return fwd_run<BF, 2, 4, 64>(qkv, out, out16, lse, B, T, C, H);
+    case 2:  // 94.3 us
+      return fwd_run<BF, 1, 8, 128>(qkv, out, out16, lse, B, T, C, H);
+    case 3:  // 88.6 us
+      return fwd_run<BF, 2, 4, 64, false>(qkv, out, out16, lse, B, T, C, H);
+    case 4:  // 86.3 us
+      return fwd_run<BF, 2, 4, 128, false>(qkv, out, out16, lse, B, T, C, H);
+    case 5:  // 99.7 us (139 registers: one block an SM)
+      return fwd_run<BF, 1, 8, 64>(qkv, out, out16, lse, B, T, C, H);
+    case 6:  // 89.7 us
+      return fwd_run<BF, 1, 4, 64, true, 4>(qkv, out, out16, lse, B, T, C, H);
+    case 7:  // 86.7 us: tiling 0 in grid order
+      return fwd_run<BF, 2, 4, 64, false, 3>(qkv, out, out16, lse, B, T, C, H);
+    case 8:  // 69.0 us: tiling 9, longest first
+      return fwd_run<BF, 1, 8, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
+    case 9:  // 83.0 us (session 7's, with ex2.ftz)
+      return fwd_run<BF, 1, 8, 64, true, 2>(qkv, out, out16, lse, B, T, C, H);
     default:
       ZR_FAIL("attention forward tiling ", cfg, " does not exist (0..", kFwdCfgs - 1, ")");
   }
@@ -728,17 +729,17 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
   dim3 grid((T + BR - 1) / BR, H, B);
   if (dq_acc) {
     switch (cfg) {
-      case 0:  // registers for three blocks an SM (at most 168)
-        bwd_kv_dq<BF, 3>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+      case 0:  // registers for three blocks an SM (at most 168), every head's longest key tile first: 247.8 us
+        bwd_kv_dq<BF, 3, true, true>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
         break;
-      case 1:  // the compiler's choice (202 registers: two blocks)
+      case 1:  // the compiler's choice (202 registers: two blocks): 260.2 us
         bwd_kv_dq<BF, 1>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
         break;
-      case 2:  // three blocks, exp2f (the denormal-exact exponential)
+      case 2:  // variant 3 with exp2f (the denormal-exact exponential): 252.9 us
         bwd_kv_dq<BF, 3, false>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
         break;
-      case 3:  // variant 0, every head's longest key tile first
-        bwd_kv_dq<BF, 3, true, true>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+      case 3:  // variant 0 in grid order (each head's key tiles, one head after another): 249.7 us
+        bwd_kv_dq<BF, 3>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
         break;
       default:
         ZR_FAIL("attention backward variant ", cfg, " does not exist (0..", kBwdCfgs - 1, ")");
@@ -761,7 +762,7 @@ bool tc_supported(int64_t head_size) { return head_size == HS; }
 int tc_forward_configs() { return kFwdCfgs; }
 int tc_backward_configs() { return kBwdCfgs; }
 const char* tc_forward_config_name(int cfg) {
-  static const char* names[kFwdCfgs] = {"16 rows/warp, 8 warps, 64 keys, 2 blocks/SM regs",
+  static const char* names[kFwdCfgs] = {"32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM, longest first",
                                         "32 rows/warp, 4 warps, 64 keys",
                                         "16 rows/warp, 8 warps, 128 keys",
                                         "32 rows/warp, 4 warps, 64 keys, Q from smem",
@@ -769,8 +770,8 @@ const char* tc_forward_config_name(int cfg) {
                                         "16 rows/warp, 8 warps, 64 keys",
                                         "16 rows/warp, 4 warps, 64 keys, 4 blocks/SM regs",
                                         "32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM",
-                                        "tiling 0, every head's longest tile first",
-                                        "tiling 7, every head's longest tile first"};
+                                        "tiling 9, longest first",
+                                        "16 rows/warp, 8 warps, 64 keys, 2 blocks/SM regs"};
   return cfg >= 0 && cfg < kFwdCfgs ? names[cfg] : "?";
 }
 
