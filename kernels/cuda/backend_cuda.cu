@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "cuda_check.h"
@@ -73,6 +74,11 @@ __device__ inline uint16_t to16_bits(bool bf, float v) {
 }
 __device__ inline float from16(bool bf, uint16_t u) {
   return bf ? __bfloat162float(__ushort_as_bfloat16(u)) : __half2float(__ushort_as_half(u));
+}
+// Four values rounded to 16 bits, packed in order into one 8-byte word.
+__device__ inline uint2 pack4_16(bool bf, float a, float b, float c, float d) {
+  return make_uint2(static_cast<uint32_t>(to16_bits(bf, a)) | (static_cast<uint32_t>(to16_bits(bf, b)) << 16),
+                    static_cast<uint32_t>(to16_bits(bf, c)) | (static_cast<uint32_t>(to16_bits(bf, d)) << 16));
 }
 
 // y = f(a, b) (b null: f(a, 0)) when Upd is false; y = f(a, b, y) when true.
@@ -315,10 +321,7 @@ __global__ void k_ln_fwd_reg(const float* x, const float* w, const float* b, Y* 
     const float o0 = (v[k].x - m) * rs * wv.x + bv.x, o1 = (v[k].y - m) * rs * wv.y + bv.y;
     const float o2 = (v[k].z - m) * rs * wv.z + bv.z, o3 = (v[k].w - m) * rs * wv.w + bv.w;
     if constexpr (sizeof(Y) == 2) {
-      uint2 u;
-      u.x = static_cast<uint32_t>(to16_bits(bf, o0)) | (static_cast<uint32_t>(to16_bits(bf, o1)) << 16);
-      u.y = static_cast<uint32_t>(to16_bits(bf, o2)) | (static_cast<uint32_t>(to16_bits(bf, o3)) << 16);
-      reinterpret_cast<uint2*>(y + row * C)[j] = u;
+      reinterpret_cast<uint2*>(y + row * C)[j] = pack4_16(bf, o0, o1, o2, o3);
     } else {
       reinterpret_cast<float4*>(y + row * C)[j] = make_float4(o0, o1, o2, o3);
     }
@@ -543,13 +546,12 @@ void col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o
   k_col_final<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kFinalRows)>>>(part, chunks, C, o0, o1, acc);
   ZR_CUDA(cudaGetLastError());
 }
-// Column sums of a 16-bit N x C matrix (C % 8 == 0, 16-byte aligned rows) into k_col_partial's partials
-// (.y zero): eight columns per thread from one 16-byte load, a block covering 256 columns x a chunk of rows.
-// With `done` (one zeroed counter per column block): no .y, and the last block of each column block to finish
-// adds every chunk's partial, in chunk order, into out (+= where acc) and re-zeroes its counter: no col_final
-// launch, and the same sums whichever block comes last.
-__global__ void k_col16_partial(const uint16_t* dy, bool bf, int64_t N, int64_t C, int64_t rows_per, float* part,
-                                unsigned* done, float* out, bool acc) {
+// out[c] += the column sums of a 16-bit N x C matrix (C % 8 == 0, 16-byte aligned rows) in one kernel: eight
+// columns per thread from one 16-byte load, a block covering 256 columns x a chunk of rows writes its partial
+// (part: chunks x C); the last block of each column block to finish (`done`: one zeroed counter per column
+// block, re-zeroed by that block) adds every chunk's partial in chunk order: the same sums whichever comes last.
+__global__ void k_col16_sum(const uint16_t* dy, bool bf, int64_t N, int64_t C, int64_t rows_per, float* part,
+                            unsigned* done, float* out) {
   const int64_t c0 = blockIdx.x * 256 + threadIdx.x * 8;
   const int64_t r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
   float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -572,10 +574,8 @@ __global__ void k_col16_partial(const uint16_t* dy, bool bf, int64_t N, int64_t 
   if (c < C) {
     float v = 0.f;
     for (int k = 0; k < kColRows; ++k) v += sh[k][t];
-    part[(2 * blockIdx.y) * C + c] = v;
-    if (!done) part[(2 * blockIdx.y + 1) * C + c] = 0.f;
+    part[blockIdx.y * C + c] = v;
   }
-  if (!done) return;
   __shared__ bool last;
   __threadfence();  // this block's partials are visible before it counts itself done
   __syncthreads();
@@ -592,9 +592,9 @@ __global__ void k_col16_partial(const uint16_t* dy, bool bf, int64_t N, int64_t 
   int64_t k = 0;
   for (; k + 4 <= nk; k += 4)
 #pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] += __ldcg(part + 2 * (k + u) * C + c);  // L2: other blocks wrote them
-  for (; k < nk; ++k) v[k % 4] += __ldcg(part + 2 * k * C + c);
-  out[c] = (acc ? out[c] : 0.f) + ((v[0] + v[1]) + (v[2] + v[3]));
+    for (int u = 0; u < 4; ++u) v[u] += __ldcg(part + (k + u) * C + c);  // L2: other blocks wrote them
+  for (; k < nk; ++k) v[k % 4] += __ldcg(part + k * C + c);
+  out[c] += (v[0] + v[1]) + (v[2] + v[3]);
 }
 // The linear backward's dy rounded to 16 bits (d) in the same pass that sums its
 // columns for the bias gradient (partials as k_col_partial's, .y unused).
@@ -628,10 +628,7 @@ __global__ void k_to16_colsum4(bool bf, const float* dy, uint16_t* d, int64_t N,
   if (c0 < C)
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kColRows) {
       const float4 v = *reinterpret_cast<const float4*>(dy + r * C + c0);
-      uint2 h;
-      h.x = to16_bits(bf, v.x) | (static_cast<uint32_t>(to16_bits(bf, v.y)) << 16);
-      h.y = to16_bits(bf, v.z) | (static_cast<uint32_t>(to16_bits(bf, v.w)) << 16);
-      *reinterpret_cast<uint2*>(d + r * C + c0) = h;
+      *reinterpret_cast<uint2*>(d + r * C + c0) = pack4_16(bf, v.x, v.y, v.z, v.w);
       a[0] += v.x, a[1] += v.y, a[2] += v.z, a[3] += v.w;
     }
   __shared__ float sh[kColRows][128 + 4];
@@ -671,23 +668,29 @@ __global__ void k_rms_bwd_dx(const float* x, const float* w, const float* rstd, 
     dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (dr[c] * w[c] - xr[c] * rs * s) * rs;
 }
 unsigned rows_grid(int64_t N) { return static_cast<unsigned>((N + 7) / 8); }  // 8 warps per 256-thread block
+// f(std::integral_constant<int, K4>) for the smallest instantiated K4 with 128 * K4 >= C (C <= 2048): the float4
+// chunks a lane holds in the register-row layernorm kernels.
+template <class F>
+void with_k4(int64_t C, F f) {
+  const int64_t k4 = (C / 4 + 31) / 32;
+  if (k4 <= 2) return f(std::integral_constant<int, 2>{});
+  if (k4 <= 4) return f(std::integral_constant<int, 4>{});
+  if (k4 <= 6) return f(std::integral_constant<int, 6>{});
+  if (k4 <= 8) return f(std::integral_constant<int, 8>{});
+  if (k4 <= 13) return f(std::integral_constant<int, 13>{});
+  f(std::integral_constant<int, 16>{});
+}
 // Layernorm forward: the register kernel where the row fits (C % 4 == 0, aligned, C <= 2048), else k_ln_fwd.
 template <class Y>
 void ln_fwd(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd, int64_t N, int64_t C,
             float eps, bool bf) {
-  auto al = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   auto go = [&](auto kernel) {
     kernel<<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps, bf);
     ZR_CUDA(cudaGetLastError());
   };
-  if (C % 4 != 0 || C > 2048 || !al(x) || !al(w) || !al(b) || !al(y)) return go(k_ln_fwd<Y>);
-  const int64_t k4 = (C / 4 + 31) / 32;  // float4 chunks a lane
-  if (k4 <= 2) return go(k_ln_fwd_reg<Y, 2>);
-  if (k4 <= 4) return go(k_ln_fwd_reg<Y, 4>);
-  if (k4 <= 6) return go(k_ln_fwd_reg<Y, 6>);
-  if (k4 <= 8) return go(k_ln_fwd_reg<Y, 8>);
-  if (k4 <= 13) return go(k_ln_fwd_reg<Y, 13>);
-  go(k_ln_fwd_reg<Y, 16>);
+  if (C % 4 != 0 || C > 2048 || !aligned16(x) || !aligned16(w) || !aligned16(b) || !aligned16(y))
+    return go(k_ln_fwd<Y>);  // (a null bias counts as aligned)
+  with_k4(C, [&](auto k4) { go(k_ln_fwd_reg<Y, decltype(k4)::value>); });
 }
 
 // ---- attention helpers: warp per row of [rows, T] ---------------------------------
@@ -1501,19 +1504,8 @@ class CudaBackend : public Backend {
       kernel<<<static_cast<unsigned>(chunks), 256>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, rows_per, part.p, bf);
       ZR_CUDA(cudaGetLastError());
     };
-    const int64_t k4 = (C / 4 + 31) / 32;  // float4 chunks a lane
-    if (v4 && k4 <= 2)
-      go(k_ln_bwd_v4<D, 2>);
-    else if (v4 && k4 <= 4)
-      go(k_ln_bwd_v4<D, 4>);
-    else if (v4 && k4 <= 6)
-      go(k_ln_bwd_v4<D, 6>);
-    else if (v4 && k4 <= 8)
-      go(k_ln_bwd_v4<D, 8>);
-    else if (v4 && k4 <= 13)
-      go(k_ln_bwd_v4<D, 13>);
-    else if (v4)
-      go(k_ln_bwd_v4<D, 16>);
+    if (v4)
+      with_k4(C, [&](auto k4) { go(k_ln_bwd_v4<D, decltype(k4)::value>); });
     else if (C <= 256)
       go(k_ln_bwd_fused<D, 8>);
     else if (C <= 512)
@@ -1533,9 +1525,9 @@ class CudaBackend : public Backend {
     const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per, cblocks = (C + 255) / 256;
     if (done_.bytes < static_cast<size_t>(cblocks) * sizeof(unsigned))
       done_ = DevBuf<unsigned>(static_cast<size_t>(std::max<int64_t>(cblocks, 1024)));  // zeroed
-    DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
+    DevBuf<float> part(static_cast<size_t>(chunks * C), false);
     dim3 grid(static_cast<unsigned>(cblocks), static_cast<unsigned>(chunks));
-    k_col16_partial<<<grid, dim3(32, kColRows)>>>(dy, bf, N, C, rows_per, part.p, done_.p, db, true);
+    k_col16_sum<<<grid, dim3(32, kColRows)>>>(dy, bf, N, C, rows_per, part.p, done_.p, db);
     ZR_CUDA(cudaGetLastError());
   }
   // An f32 copy of a 16-bit input (empty when it is f32 already).
