@@ -13,8 +13,9 @@
 // bench/attn_probe.cc (training uses 32 query rows a warp, 4 warps, 64-key
 // tiles, Q re-read from shared memory). Blocks take every head's longest tile
 // first (the causal tail wave then holds the short ones). The backward runs as
-// FlashAttention-2's five products in one kernel per key block (dK, dV in
-// registers, dQ added into an f32 accumulator with atomics); the atomic-free
+// FlashAttention-2's five products in one kernel per block of 128 keys (32 a
+// warp; dK, dV in registers, dQ added into an f32 accumulator with atomics,
+// once per query tile and key block); the atomic-free
 // alternative (ZERORUN_ATTN_ATOMICS=0) is one kernel per key block and one per
 // query block, seven products, the same bits every run.
 #include <cuda_bf16.h>
@@ -569,6 +570,148 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
                acc);
 }
 
+// The one-kernel backward with two m16 tiles of keys a warp (32 keys a warp, 128 a block): every Q / dO fragment
+// read from shared memory feeds two products, and each query tile's dQ (atomics) is added once per 128 keys
+// rather than per 64. The 64-query tile is taken QH queries at a time (the score tiles of 32 x QH stay within the
+// registers next to dK, dV's 32 x 64 each); KR: the warp's K and V fragments held in registers for the whole
+// kernel (else re-read from shared memory every product).
+constexpr int KB2 = 2 * BR;  // keys a block
+constexpr size_t kKv2Smem = 2 * (size_t)(2 * KB2 * LD + 4 * kTile + KB2 * LD) + sizeof(float) * 4 * BR;
+
+template <bool BF, int QH, bool KR, int MB, bool LPT>
+__global__ void __launch_bounds__(32 * kWarps, MB)
+    k_bwd_kv2(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+              uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
+  constexpr int NQ = QH / 8;  // n8 tiles of a score row
+  extern __shared__ __align__(128) uint16_t sm[];
+  uint16_t* Ks = sm;                                     // [KB2][LD]
+  uint16_t* Vs = Ks + KB2 * LD;                          // [KB2][LD]
+  uint16_t* Qs = Vs + KB2 * LD;                          // [2][BR][LD]
+  uint16_t* dOs = Qs + 2 * kTile;                        // [2][BR][LD]
+  uint16_t* dSs = dOs + 2 * kTile;                       // [KB2 keys][LD]: dS^T of the query tile
+  float* Ls = reinterpret_cast<float*>(dSs + KB2 * LD);  // [2][BR]
+  float* Ds = Ls + 2 * BR;                               // [2][BR]
+  const int3 tile = tile_of_block<LPT>();
+  const int nt = (T + BR - 1) / BR, kb = tile.x;  // key block 0 has the most query tiles
+  const int b = tile.z, h = tile.y, k0 = kb * KB2, j0 = 2 * kb;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int kw = k0 + warp * 32;  // the warp's first key
+  const int64_t ld = 3 * (int64_t)C;
+  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
+  const uint16_t* dh = dout + (size_t)b * T * C + h * HS;
+  const float* L = lse + ((size_t)b * H + h) * T;
+  const float* Dl = delta + ((size_t)b * H + h) * T;
+  float* dqh = dq_acc + ((size_t)b * H + h) * T * HS;
+  load_tile<KB2>(Ks, qh + C, ld, k0, T);
+  load_tile<KB2>(Vs, qh + 2 * C, ld, k0, T);
+  load_tile(Qs, qh, ld, j0 * BR, T);
+  load_tile(dOs, dh, C, j0 * BR, T);
+  cp_commit();
+  load_row_terms(Ls, Ds, L, Dl, j0 * BR, T);
+  Acc dk[2], dv[2];
+  Frag kf[KR ? 2 : 1], vf[KR ? 2 : 1];  // unused without KR
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) zero(dk[mt]), zero(dv[mt]);
+  for (int j = j0; j < nt; ++j) {
+    const int buf = (j - j0) & 1;
+    if (j + 1 < nt) {
+      load_tile(Qs + (buf ^ 1) * kTile, qh, ld, (j + 1) * BR, T);
+      load_tile(dOs + (buf ^ 1) * kTile, dh, C, (j + 1) * BR, T);
+      cp_commit();
+      load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    if (KR && j == j0)
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        load_frag(kf[KR ? mt : 0], Ks + (warp * 32 + mt * 16) * LD, lane);
+        load_frag(vf[KR ? mt : 0], Vs + (warp * 32 + mt * 16) * LD, lane);
+      }
+    const uint16_t* Qb = Qs + buf * kTile;
+    const uint16_t* dOb = dOs + buf * kTile;
+    const float* Lb = Ls + buf * BR;
+    const float* Db = Ds + buf * BR;
+#pragma unroll
+    for (int hf = 0; hf < BR / QH; ++hf) {
+      const int q0 = j * BR + hf * QH;  // the part's first query
+      AccN<NQ> s[2], dp[2];             // P^T, then dS^T (the warp's 32 keys x QH queries)
+      if (q0 + QH - 1 < kw) {           // every query before every key of the warp: all masked
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) dp[mt][n][e] = 0.f;
+      } else {
+        const uint16_t* Qh = Qb + hf * QH * LD;
+        const uint16_t* dOh = dOb + hf * QH * LD;
+        mm_qk<BF, 2, NQ, KR>(s, kf, Ks + warp * 32 * LD, Qh, lane);  // S^T = K Q^T
+        const bool diag = q0 < kw + 31;
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int c = hf * QH + 8 * n + 2 * t4 + (e & 1);  // query within the tile
+              const bool masked = diag && j * BR + c < kw + mt * 16 + g + 8 * (e >> 1);
+              s[mt][n][e] = masked ? 0.f : ex2(s[mt][n][e] * kQk - Lb[c]);  // P^T
+            }
+        mm_pv<BF, 2, NQ>(dv, s, dOh, lane);                            // dV += P^T dO
+        mm_qk<BF, 2, NQ, KR>(dp, vf, Vs + warp * 32 * LD, dOh, lane);  // dP^T = V dO^T
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              dp[mt][n][e] = s[mt][n][e] * (dp[mt][n][e] - Db[hf * QH + 8 * n + 2 * t4 + (e & 1)]);  // dS^T
+        mm_pv<BF, 2, NQ>(dk, dp, Qh, lane);  // dK += dS^T Q (times 1/sqrt(hs) when written)
+      }
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt)  // dS^T rows (keys) into shared memory, rounded as the products use it
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int n = 0; n < NQ; ++n)
+            *reinterpret_cast<uint32_t*>(dSs + (warp * 32 + mt * 16 + g + 8 * r) * LD + hf * QH + 8 * n + 2 * t4) =
+                pack2<BF>(dp[mt][n][2 * r], dp[mt][n][2 * r + 1]);
+    }
+    __syncthreads();
+    // dQ rows warp*16 .. +15 of the tile: dS (queries x the block's 128 keys, dS^T read transposed) times K.
+    Acc dq;
+    zero(dq);
+#pragma unroll
+    for (int kc = 0; kc < KB2 / 16; ++kc) {
+      uint32_t a[4];
+      ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + warp * 16 + ((lane >> 3) & 1) * 8);
+      mm_a_rows<BF>(dq, a, Ks, kc, lane);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = j * BR + warp * 16 + g + 8 * r;
+      if (row >= T) continue;
+      float* d = dqh + (size_t)row * HS + 2 * t4;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(dq[n][2 * r], dq[n][2 * r + 1]));
+    }
+    __syncthreads();
+  }
+  float* base = dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr;
+  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr;
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+    add_rows<BF>(dk[mt], base ? base + C : nullptr, base16 ? base16 + C : nullptr, ld, kw + mt * 16, T, lane,
+                 kInvSqrtHs, acc);
+    add_rows<BF>(dv[mt], base ? base + 2 * C : nullptr, base16 ? base16 + 2 * C : nullptr, ld, kw + mt * 16, T, lane,
+                 1.f, acc);
+  }
+}
+
 // The accumulated dQ [B, H, T, HS] (times 1/sqrt(hs)) into the qkv gradient's q part: eight elements a thread.
 template <bool BF>
 __global__ void k_dq_out(const float* dq_acc, float* dqkv, uint16_t* dqkv16, int B, int T, int C, int H, bool acc) {
@@ -701,15 +844,24 @@ void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse
   }
 }
 
-// The one-kernel backward's variants the probe sweeps (blocks an SM its registers are sized for); 0 trains.
-constexpr int kBwdCfgs = 4;
+// The one-kernel backward's variants the probe sweeps; 0 trains.
+constexpr int kBwdCfgs = 8;
 template <bool BF, int MB, bool FX = true, bool LPT = false>
-void bwd_kv_dq(dim3 grid, const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-               uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
-  static bool once = (opt_in_smem(k_bwd_kv<BF, true, MB, FX>, kKvDqSmem), true);
+void bwd_kv_dq(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+               uint16_t* dqkv16, float* dq_acc, int B, int T, int C, int H, bool acc) {
+  static bool once = (opt_in_smem(k_bwd_kv<BF, true, MB, FX, LPT>, kKvDqSmem), true);
   (void)once;
-  k_bwd_kv<BF, true, MB, FX>
-      <<<grid, 32 * kWarps, kKvDqSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+  k_bwd_kv<BF, true, MB, FX, LPT><<<dim3((T + BR - 1) / BR, H, B), 32 * kWarps, kKvDqSmem>>>(
+      qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+  ZR_CUDA(cudaGetLastError());
+}
+template <bool BF, int QH, bool KR, bool LPT = true>
+void bwd_kv2(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+             uint16_t* dqkv16, float* dq_acc, int B, int T, int C, int H, bool acc) {
+  static bool once = (opt_in_smem(k_bwd_kv2<BF, QH, KR, 2, LPT>, kKv2Smem), true);
+  (void)once;
+  k_bwd_kv2<BF, QH, KR, 2, LPT><<<dim3((T + KB2 - 1) / KB2, H, B), 32 * kWarps, kKv2Smem>>>(
+      qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
 }
 
@@ -726,29 +878,43 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
   else
     k_delta<BF, float><<<dg, 256>>>(out, dout, delta, B, T, C, H);
   ZR_CUDA(cudaGetLastError());
-  dim3 grid((T + BR - 1) / BR, H, B);
   if (dq_acc) {
+    // Times: GPT-2 124M's shape on the H200 (B 8, H 12, T 1024), one probe call (session 9).
+    auto* run = bwd_kv2<BF, 32, false>;
     switch (cfg) {
-      case 0:  // registers for three blocks an SM (at most 168), every head's longest key tile first: 247.8 us
-        bwd_kv_dq<BF, 3, true, true>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+      case 0:  // 32 keys a warp (128 a block), 32 queries at a time, every head's longest key tile first: 190.9 us
         break;
-      case 1:  // the compiler's choice (202 registers: two blocks): 260.2 us
-        bwd_kv_dq<BF, 1>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+      case 1:  // 16 keys a warp (64 a block), registers for three blocks an SM (at most 168), longest first: 223.7 us
+        run = bwd_kv_dq<BF, 3, true, true>;
         break;
-      case 2:  // variant 3 with exp2f (the denormal-exact exponential): 252.9 us
-        bwd_kv_dq<BF, 3, false>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+      case 2:  // variant 1, the compiler's register choice (202: two blocks) in grid order: 259.1 us
+        run = bwd_kv_dq<BF, 1>;
         break;
-      case 3:  // variant 0 in grid order (each head's key tiles, one head after another): 249.7 us
-        bwd_kv_dq<BF, 3>(grid, qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+      case 3:  // variant 1 with exp2f (the denormal-exact exponential) in grid order: 251.0 us
+        run = bwd_kv_dq<BF, 3, false>;
+        break;
+      case 4:  // variant 1 in grid order (each head's key tiles, one head after another): 249.3 us
+        run = bwd_kv_dq<BF, 3>;
+        break;
+      case 5:  // variant 0 with 16 queries at a time, K and V fragments in registers (255 registers, spills): 216.4 us
+        run = bwd_kv2<BF, 16, true>;
+        break;
+      case 6:  // variant 0 with 16 queries at a time: 206.1 us
+        run = bwd_kv2<BF, 16, false>;
+        break;
+      case 7:  // variant 0 in grid order: 231.0 us
+        run = bwd_kv2<BF, 32, false, false>;
         break;
       default:
         ZR_FAIL("attention backward variant ", cfg, " does not exist (0..", kBwdCfgs - 1, ")");
     }
+    run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, B, T, C, H, acc);
     const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
     k_dq_out<BF><<<og, 256>>>(dq_acc, dqkv, dqkv16, B, T, C, H, acc);
     ZR_CUDA(cudaGetLastError());
     return;
   }
+  const dim3 grid((T + BR - 1) / BR, H, B);
   k_bwd_kv<BF, false><<<grid, 32 * kWarps, kKvSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, nullptr, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
   k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);

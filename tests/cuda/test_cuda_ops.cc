@@ -249,8 +249,9 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
 
 TEST_CASE("tensor-core attention backward: the one-kernel path (dQ by atomics) equals the two atomic-free kernels",
           "[cuda]") {
-  // Both paths for every gradient form (16-bit written, f32 written, f32 added into), 257 rows (a partial tile),
-  // three heads; the fused path's dQ sums the same rounded products in another order.
+  // Both paths, every variant of the one-kernel path, for every gradient form (16-bit written, f32 written, f32
+  // added into), 257 rows (a partial tile of 64 and of 128 keys), three heads; the one-kernel paths' dQ sums the
+  // same rounded products in another order.
   const int64_t B = 2, T = 257, H = 3, C = 64 * H, n3 = B * T * 3 * C, n = B * T * C;
   Rng r(5);
   auto bits16 = [&](int64_t count, double scale) { return to16(rnd({count}, r, scale), DType::BF16).to(kGpu); };
@@ -262,17 +263,22 @@ TEST_CASE("tensor-core attention backward: the one-kernel path (dQ by atomics) e
   auto q16 = [](const Tensor& t) { return static_cast<uint16_t*>(t.raw()); };
   kernels::flash::tc_forward(true, q16(qkv), nullptr, q16(out), lse.f32(), B, T, C, H);
   for (int form = 0; form < 3; ++form) {  // 0: 16-bit, 1: f32 written, 2: f32 added into `start`
-    Tensor got[2];
-    for (int fused = 0; fused < 2; ++fused) {
+    Tensor ref;
+    for (int run = 0; run <= kernels::flash::tc_backward_configs(); ++run) {  // the two kernels, then each variant
+      const bool fused = run > 0;
       Tensor g = form == 0 ? Tensor::uninit({n3}, DType::BF16, MemCategory::Buffers, kGpu)
                            : (form == 2 ? start.clone(MemCategory::Buffers)
                                         : Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu));
       kernels::flash::tc_backward(true, q16(qkv), nullptr, q16(out), lse.f32(), q16(dout), form ? g.f32() : nullptr,
                                   form ? nullptr : q16(g), form == 2, delta.f32(), fused ? dq_acc.f32() : nullptr, B, T,
-                                  C, H);
-      got[fused] = as_f32(g);
+                                  C, H, fused ? run - 1 : 0);
+      if (!fused) {
+        ref = as_f32(g);
+        continue;
+      }
+      close(ref, as_f32(g), form ? 2e-5 : 8e-3,
+            "attention backward, form " + std::to_string(form) + ", one-kernel variant " + std::to_string(run - 1));
     }
-    close(got[0], got[1], form ? 2e-5 : 8e-3, "attention backward, form " + std::to_string(form));
   }
 }
 
