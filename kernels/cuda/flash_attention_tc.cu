@@ -262,7 +262,7 @@ __device__ inline int3 tile_of_block() {
 // K / V fragment read from shared memory feeds two products), NW warps a block, KT keys a streamed tile, QR: the
 // warp's Q fragments kept in registers (else re-read from shared memory every key tile, fewer registers), MB: the
 // blocks an SM the registers are sized for (0: the compiler's choice). Training uses tiling 0 (fwd_e lists them).
-constexpr int kFwdCfgs = 10;
+constexpr int kFwdCfgs = 13;
 constexpr float kQk = kLog2e / 8.f;  // scores -> log2 domain: log2(e) / sqrt(HS)
 constexpr float kInvSqrtHs = 1.f / 8.f;
 
@@ -839,6 +839,12 @@ void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse
       return fwd_run<BF, 1, 8, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
     case 9:  // 83.0 us (session 7's, with ex2.ftz)
       return fwd_run<BF, 1, 8, 64, true, 2>(qkv, out, out16, lse, B, T, C, H);
+    case 10:  // longest first: 32 rows a warp, 4 warps, 128-key tiles, Q from shared memory, 2 blocks an SM
+      return fwd_run<BF, 2, 4, 128, false, 2, true>(qkv, out, out16, lse, B, T, C, H);
+    case 11:  // longest first: tiling 1 (Q in registers) sized for 2 blocks an SM
+      return fwd_run<BF, 2, 4, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
+    case 12:  // longest first: tiling 6
+      return fwd_run<BF, 1, 4, 64, true, 4, true>(qkv, out, out16, lse, B, T, C, H);
     default:
       ZR_FAIL("attention forward tiling ", cfg, " does not exist (0..", kFwdCfgs - 1, ")");
   }
@@ -937,7 +943,10 @@ const char* tc_forward_config_name(int cfg) {
                                         "16 rows/warp, 4 warps, 64 keys, 4 blocks/SM regs",
                                         "32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM",
                                         "tiling 9, longest first",
-                                        "16 rows/warp, 8 warps, 64 keys, 2 blocks/SM regs"};
+                                        "16 rows/warp, 8 warps, 64 keys, 2 blocks/SM regs",
+                                        "32 rows/warp, 4 warps, 128 keys, Q from smem, 2 blocks/SM, longest first",
+                                        "32 rows/warp, 4 warps, 64 keys, 2 blocks/SM regs, longest first",
+                                        "16 rows/warp, 4 warps, 64 keys, 4 blocks/SM regs, longest first"};
   return cfg >= 0 && cfg < kFwdCfgs ? names[cfg] : "?";
 }
 
