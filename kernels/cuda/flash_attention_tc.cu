@@ -462,6 +462,31 @@ __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, co
   }
 }
 
+// dQ rows warp*16 .. +15 of the query tile starting at row q0: dS (queries x the block's KEYS keys; dS^T in shared
+// memory, read transposed) times K (shared, KEYS rows), added into the f32 accumulator dqh [T, HS] with float2
+// atomics; `acc` is the scratch tile.
+template <bool BF, int KEYS>
+__device__ inline void add_dq(Acc& acc, const uint16_t* dSs, const uint16_t* Ks, float* dqh, int q0, int T, int warp,
+                              int lane) {
+  zero(acc);
+#pragma unroll
+  for (int kc = 0; kc < KEYS / 16; ++kc) {
+    uint32_t a[4];
+    ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + warp * 16 + ((lane >> 3) & 1) * 8);
+    mm_a_rows<BF>(acc, a, Ks, kc, lane);
+  }
+  const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = q0 + warp * 16 + g + 8 * r;
+    if (row >= T) continue;
+    float* d = dqh + (size_t)row * HS + 2 * t4;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(acc[n][2 * r], acc[n][2 * r + 1]));
+  }
+}
+
 // DQ = false: dK and dV only (k_bwd_q computes dQ). DQ = true: FlashAttention-2's five products in this one kernel:
 // each warp's dS^T rows go to shared memory, and the block's dQ for the query tile, dS K over its 64 keys, is
 // added into an f32 accumulator [B, H, T, HS] with float2 atomics (k_dq_out writes it into the qkv gradient).
@@ -542,23 +567,7 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
           *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8 * half) * LD + 8 * n + 2 * t4) =
               pack2<BF>(dp[n][2 * half], dp[n][2 * half + 1]);
       __syncthreads();
-      // dQ rows warp*16 .. +15 of the tile: dS (queries x the block's keys, dS^T read transposed) times K.
-      zero(s);
-#pragma unroll
-      for (int kc = 0; kc < BR / 16; ++kc) {
-        uint32_t a[4];
-        ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + warp * 16 + ((lane >> 3) & 1) * 8);
-        mm_a_rows<BF>(s, a, Ks, kc, lane);
-      }
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int r = j * BR + warp * 16 + g + 8 * half;
-        if (r >= T) continue;
-        float* d = dqh + (size_t)r * HS + 2 * t4;
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-          atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(s[n][2 * half], s[n][2 * half + 1]));
-      }
+      add_dq<BF, BR>(s, dSs, Ks, dqh, j * BR, T, warp, lane);
     }
     __syncthreads();
   }
@@ -681,24 +690,8 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
                 pack2<BF>(dp[mt][n][2 * r], dp[mt][n][2 * r + 1]);
     }
     __syncthreads();
-    // dQ rows warp*16 .. +15 of the tile: dS (queries x the block's 128 keys, dS^T read transposed) times K.
     Acc dq;
-    zero(dq);
-#pragma unroll
-    for (int kc = 0; kc < KB2 / 16; ++kc) {
-      uint32_t a[4];
-      ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + warp * 16 + ((lane >> 3) & 1) * 8);
-      mm_a_rows<BF>(dq, a, Ks, kc, lane);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = j * BR + warp * 16 + g + 8 * r;
-      if (row >= T) continue;
-      float* d = dqh + (size_t)row * HS + 2 * t4;
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-        atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(dq[n][2 * r], dq[n][2 * r + 1]));
-    }
+    add_dq<BF, KB2>(dq, dSs, Ks, dqh, j * BR, T, warp, lane);
     __syncthreads();
   }
   float* base = dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr;
