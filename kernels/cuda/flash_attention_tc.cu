@@ -462,6 +462,23 @@ __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, co
   }
 }
 
+// The key-block kernels' pipeline step for query tile j (in buffer `buf`): starts loading tile j + 1 (Q, dO,
+// row terms) into the other buffer, then waits until tile j is in shared memory for the whole block.
+__device__ inline void next_q_tile(uint16_t* Qs, uint16_t* dOs, float* Ls, float* Ds, int buf, const uint16_t* qh,
+                                   const uint16_t* dh, const float* L, const float* Dl, int64_t ld, int C, int j,
+                                   int nt, int T) {
+  if (j + 1 < nt) {
+    load_tile(Qs + (buf ^ 1) * kTile, qh, ld, (j + 1) * BR, T);
+    load_tile(dOs + (buf ^ 1) * kTile, dh, C, (j + 1) * BR, T);
+    cp_commit();
+    load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
+    cp_wait<1>();
+  } else {
+    cp_wait<0>();
+  }
+  __syncthreads();
+}
+
 // dQ rows warp*16 .. +15 of the query tile starting at row q0: dS (queries x the block's KEYS keys; dS^T in shared
 // memory, read transposed) times K (shared, KEYS rows), added into the f32 accumulator dqh [T, HS] with float2
 // atomics; `acc` is the scratch tile.
@@ -527,16 +544,7 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   zero(dv);
   for (int j = kt; j < nt; ++j) {
     const int buf = (j - kt) & 1;
-    if (j + 1 < nt) {
-      load_tile(Qs + (buf ^ 1) * kTile, qh, ld, (j + 1) * BR, T);
-      load_tile(dOs + (buf ^ 1) * kTile, dh, C, (j + 1) * BR, T);
-      cp_commit();
-      load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    next_q_tile(Qs, dOs, Ls, Ds, buf, qh, dh, L, Dl, ld, C, j, nt, T);
     const uint16_t* Qb = Qs + buf * kTile;
     const uint16_t* dOb = dOs + buf * kTile;
     const float* Lb = Ls + buf * BR;
@@ -623,16 +631,7 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   for (int mt = 0; mt < 2; ++mt) zero(dk[mt]), zero(dv[mt]);
   for (int j = j0; j < nt; ++j) {
     const int buf = (j - j0) & 1;
-    if (j + 1 < nt) {
-      load_tile(Qs + (buf ^ 1) * kTile, qh, ld, (j + 1) * BR, T);
-      load_tile(dOs + (buf ^ 1) * kTile, dh, C, (j + 1) * BR, T);
-      cp_commit();
-      load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
-      cp_wait<1>();
-    } else {
-      cp_wait<0>();
-    }
-    __syncthreads();
+    next_q_tile(Qs, dOs, Ls, Ds, buf, qh, dh, L, Dl, ld, C, j, nt, T);
     if (KR && j == j0)
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
