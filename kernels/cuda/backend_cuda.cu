@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -669,15 +670,6 @@ __global__ void k_rms_bwd_dx(const float* x, const float* w, const float* rstd, 
 }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t m) { return ceil_div(a, m) * m; }
-// The blocks of `threads` threads of `kernel` the current GPU runs at once (SMs x blocks an SM; at least 1).
-template <class K>
-int64_t wave_blocks(K kernel, int threads) {
-  int dev = 0, sms = 0, per = 0;
-  ZR_CUDA(cudaGetDevice(&dev));
-  ZR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  ZR_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, threads, 0));
-  return std::max<int64_t>(1, static_cast<int64_t>(sms) * per);
-}
 unsigned rows_grid(int64_t N) { return static_cast<unsigned>((N + 7) / 8); }  // 8 warps per 256-thread block
 // f(std::integral_constant<int, K4>) for the smallest instantiated K4 with 128 * K4 >= C (C <= 2048): the float4
 // chunks a lane holds in the register-row layernorm kernels.
@@ -1514,7 +1506,7 @@ class CudaBackend : public Backend {
     auto go = [&](auto kernel) {
       // One wave of blocks: rows a block = N over the blocks the GPU holds at once, a multiple of the 8 warps
       // (16 rows a block left 1.3 waves at GPT-2 124M's 8192 rows and a half-empty wave at 1.5B's 2048).
-      const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel, 256)), 8);
+      const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel)), 8);
       chunks = ceil_div(N, rows_per);
       part = DevBuf<float>(static_cast<size_t>(2 * chunks * C), false);
       kernel<<<static_cast<unsigned>(chunks), 256>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, rows_per, part.p, bf);
@@ -1613,6 +1605,19 @@ class CudaBackend : public Backend {
     ZR_CUDA(cudaGetDevice(&d));
     return d;
   }
+  // The blocks of 256 threads of `kernel` the GPU runs at once (SMs x blocks an SM; at least 1), worked out on a
+  // kernel's first launch and kept.
+  template <class K>
+  int64_t wave_blocks(K kernel) {
+    auto [it, fresh] = waves_.try_emplace(reinterpret_cast<const void*>(kernel), 0);
+    if (fresh) {
+      int sms = 0, per = 0;
+      ZR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_of_backend()));
+      ZR_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, 256, 0));
+      it->second = std::max<int64_t>(1, static_cast<int64_t>(sms) * per);
+    }
+    return it->second;
+  }
   DType mm_ = DType::F32;
   DevBuf<unsigned> done_;  // zeroed completion counters of the one-kernel column sums (each re-zeroes its own)
   // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
@@ -1623,6 +1628,7 @@ class CudaBackend : public Backend {
   int* ids_flag_ = nullptr;       // device: 0, or 1 + the index of the first failed deferred check
   int* ids_flag_host_ = nullptr;  // pinned copy read at get_scalar
   std::vector<std::string> ids_messages_;
+  std::map<const void*, int64_t> waves_;  // wave_blocks, per kernel
 };
 
 }  // namespace

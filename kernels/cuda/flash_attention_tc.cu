@@ -831,11 +831,11 @@ void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse
       return fwd_run<BF, 1, 8, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
     case 9:  // 83.0 us (session 7's, with ex2.ftz)
       return fwd_run<BF, 1, 8, 64, true, 2>(qkv, out, out16, lse, B, T, C, H);
-    case 10:  // longest first: 32 rows a warp, 4 warps, 128-key tiles, Q from shared memory, 2 blocks an SM
+    case 10:  // 71.2 us: longest first, 32 rows a warp, 4 warps, 128-key tiles, Q from shared memory, 2 blocks an SM
       return fwd_run<BF, 2, 4, 128, false, 2, true>(qkv, out, out16, lse, B, T, C, H);
-    case 11:  // longest first: tiling 1 (Q in registers) sized for 2 blocks an SM
+    case 11:  // 71.1 us: longest first, tiling 1 (Q in registers) sized for 2 blocks an SM
       return fwd_run<BF, 2, 4, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
-    case 12:  // longest first: tiling 6
+    case 12:  // 74.7 us: longest first, tiling 6
       return fwd_run<BF, 1, 4, 64, true, 4, true>(qkv, out, out16, lse, B, T, C, H);
     default:
       ZR_FAIL("attention forward tiling ", cfg, " does not exist (0..", kFwdCfgs - 1, ")");
@@ -844,24 +844,20 @@ void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse
 
 // The one-kernel backward's variants the probe sweeps; 0 trains.
 constexpr int kBwdCfgs = 8;
-template <bool BF, int MB, bool FX = true, bool LPT = false>
-void bwd_kv_dq(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-               uint16_t* dqkv16, float* dq_acc, int B, int T, int C, int H, bool acc) {
-  static bool once = (opt_in_smem(k_bwd_kv<BF, true, MB, FX, LPT>, kKvDqSmem), true);
-  (void)once;
-  k_bwd_kv<BF, true, MB, FX, LPT><<<dim3((T + BR - 1) / BR, H, B), 32 * kWarps, kKvDqSmem>>>(
-      qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
-  ZR_CUDA(cudaGetLastError());
-}
-template <bool BF, int QH, bool KR, bool LPT = true>
-void bwd_kv2(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+// A one-kernel backward: blocks of KEYS keys (a (key blocks, H, B) grid), SMEM bytes of shared memory.
+template <auto Kernel, int KEYS, size_t SMEM>
+void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
              uint16_t* dqkv16, float* dq_acc, int B, int T, int C, int H, bool acc) {
-  static bool once = (opt_in_smem(k_bwd_kv2<BF, QH, KR, 2, LPT>, kKv2Smem), true);
+  static bool once = (opt_in_smem(Kernel, SMEM), true);
   (void)once;
-  k_bwd_kv2<BF, QH, KR, 2, LPT><<<dim3((T + KB2 - 1) / KB2, H, B), 32 * kWarps, kKv2Smem>>>(
-      qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H, acc);
+  Kernel<<<dim3((T + KEYS - 1) / KEYS, H, B), 32 * kWarps, SMEM>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H,
+                                                                   acc);
   ZR_CUDA(cudaGetLastError());
 }
+template <bool BF, int MB, bool FX = true, bool LPT = false>
+constexpr auto bwd_kv_dq = bwd_one<k_bwd_kv<BF, true, MB, FX, LPT>, BR, kKvDqSmem>;
+template <bool BF, int QH, bool KR, bool LPT = true>
+constexpr auto bwd_kv2 = bwd_one<k_bwd_kv2<BF, QH, KR, 2, LPT>, KB2, kKv2Smem>;
 
 template <bool BF>
 void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
