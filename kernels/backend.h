@@ -66,7 +66,8 @@ class Backend {
   virtual void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out,
                           uint16_t* x16, uint16_t* w16, uint16_t* y16, const uint16_t* b16, uint16_t* gelu16,
                           const float* residual) = 0;
-  virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N,
+  // dw / db: the parameter gradients, accumulated or (acc false: the executor's first write of the step) overwritten.
+  virtual void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, Grad dw, Grad db, int64_t N,
                           int64_t in, int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16,
                           const uint16_t* dgelu16) = 0;
   // Whether linear_fwd / linear_bwd take gelu16 / dgelu16 (CUDA 16-bit runs: cuBLASLt's GELU epilogues; implies

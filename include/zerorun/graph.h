@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,8 @@ struct NodeCtx {
   Tensor residual;
   bool residual_used = false;
   std::map<std::string, Tensor> dparams;
+  // Roles whose dparams entry is the step's first write (Op::writes_param_grad): the op overwrites it.
+  std::set<std::string> dparams_fresh;
   const Tensor& param(const std::string& role) const;
   Tensor dparam(const std::string& role) const;  // undefined if no grad wanted
 };
@@ -80,6 +83,8 @@ class Op {
   // True where backward, whenever din[input] is defined, writes all of it (so the
   // executor hands it a fresh, unzeroed gradient with din_acc false the first time).
   virtual bool writes_grad(size_t /*input*/) const { return false; }
+  // True where backward honours NodeCtx::dparams_fresh for parameter `role` (writes all of that gradient).
+  virtual bool writes_param_grad(const std::string& /*role*/) const { return false; }
   // 16-bit activation storage (backends with activations16(), i.e. CUDA in bf16/fp16 runs). A value is
   // stored in 16 bits when its producer emits16 and every consumer takes16 it; its gradient is when it has
   // one consumer, which writes_grad16 it (fresh, in the matmul dtype), and the producer takes_dout16.
@@ -138,7 +143,14 @@ class Executor {
   Executor(const Graph& g, std::map<std::string, Tensor> params, std::map<std::string, Tensor> grads);
   // Replace parameter / gradient tensors (ZeRO-3 swaps gathered views in).
   void set_param(const std::string& name, const Tensor& t) { params_[name] = t; }
-  void set_grad(const std::string& name, const Tensor& t) { grads_[name] = t; }
+  // fresh: t holds no values yet; the next backward's first write of it overwrites (or zero-fills) it.
+  void set_grad(const std::string& name, const Tensor& t, bool fresh = false);
+  // Every gradient tensor held now becomes fresh: the next backward overwrites rather than accumulates (the
+  // first micro-batch of a step, instead of zeroing the buffer and reading those zeros back).
+  void mark_grads_fresh();
+  // Zero-fills gradient `name` if no backward has written it since it was made fresh (a parameter without a
+  // gradient path must still read as zeros).
+  void settle_grad(const std::string& name);
   // 16-bit copies of parameters (see NodeCtx::params16); the caller keeps them equal to the rounded params.
   void set_params16(std::map<std::string, Tensor> p16) { params16_ = std::move(p16); }
   // Whether any node reads parameter `name` as f32 values (false: only through its 16-bit copy).
@@ -183,6 +195,7 @@ class Executor {
   static bool is16(const Tensor& t) { return t.defined() && t.dtype() != DType::F32 && t.dtype() != DType::I32; }
   const Graph& g_;
   std::map<std::string, Tensor> params_, grads_, params16_;
+  std::set<std::string> fresh_;  // gradients holding no values yet (set_grad fresh, mark_grads_fresh)
   std::map<std::string, size_t> value_id_;
   std::vector<std::vector<size_t>> node_in_, node_out_;
   std::vector<Tensor> values_, value_grads_;

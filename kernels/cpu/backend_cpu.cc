@@ -2,6 +2,7 @@
 // backend for a device.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/backend.h"
@@ -38,7 +39,7 @@ class CpuBackend : public Backend {
     cpu::linear_fwd(x, w, b, y, N, in, out);
     if (residual) cpu::add_fwd(residual, y, y, N * out, N * out);  // residual + y, as the add op sums them
   }
-  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
+  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, Grad dw, Grad db, int64_t N, int64_t in,
                   int64_t out, const uint16_t* /*x16*/, const uint16_t* /*w16: fp32 products*/, const uint16_t* dy16,
                   const uint16_t* dgelu16) override {
     ZR_CHECK(dy && !dy16 && !dgelu16, "16-bit activations are CUDA-only");
@@ -47,7 +48,12 @@ class CpuBackend : public Backend {
       cpu::gemm(false, false, N, in, out, 1.f, dy, w, 0.f, dx.p);
       dx = Grad();
     }
-    cpu::linear_bwd(x, w, dy, dx.p, dw, db, N, in, out);
+    if (dw && !dw.acc) {  // the step's first write of the weight gradient: beta 0, nothing to zero or read
+      cpu::gemm(true, false, out, in, N, 1.f, dy, x, 0.f, dw.p);
+      dw = Grad();
+    }
+    if (db && !db.acc) std::fill_n(db.p, out, 0.f);
+    cpu::linear_bwd(x, w, dy, dx.p, dw.p, db.p, N, in, out);
   }
   bool fuses_residual() const override { return true; }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {

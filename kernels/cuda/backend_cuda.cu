@@ -547,12 +547,12 @@ void col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o
   k_col_final<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kFinalRows)>>>(part, chunks, C, o0, o1, acc);
   ZR_CUDA(cudaGetLastError());
 }
-// out[c] += the column sums of a 16-bit N x C matrix (C % 8 == 0, 16-byte aligned rows) in one kernel: eight
+// out[c] (+)= the column sums of a 16-bit N x C matrix (C % 8 == 0, 16-byte aligned rows) in one kernel: eight
 // columns per thread from one 16-byte load, a block covering 256 columns x a chunk of rows writes its partial
 // (part: chunks x C); the last block of each column block to finish (`done`: one zeroed counter per column
 // block, re-zeroed by that block) adds every chunk's partial in chunk order: the same sums whichever comes last.
 __global__ void k_col16_sum(const uint16_t* dy, bool bf, int64_t N, int64_t C, int64_t rows_per, float* part,
-                            unsigned* done, float* out) {
+                            unsigned* done, float* out, bool acc) {
   const int64_t c0 = blockIdx.x * 256 + threadIdx.x * 8;
   const int64_t r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
   float a[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -595,7 +595,7 @@ __global__ void k_col16_sum(const uint16_t* dy, bool bf, int64_t N, int64_t C, i
 #pragma unroll
     for (int u = 0; u < 4; ++u) v[u] += __ldcg(part + (k + u) * C + c);  // L2: other blocks wrote them
   for (; k < nk; ++k) v[k % 4] += __ldcg(part + k * C + c);
-  out[c] += (v[0] + v[1]) + (v[2] + v[3]);
+  out[c] = (acc ? out[c] : 0.f) + ((v[0] + v[1]) + (v[2] + v[3]));
 }
 // The linear backward's dy rounded to 16 bits (d) in the same pass that sums its
 // columns for the bias gradient (partials as k_col_partial's, .y unused).
@@ -1091,23 +1091,25 @@ class CudaBackend : public Backend {
     gemm(false, true, N, out, in, 1.f, x, w, 0.f, y);
     if (b) LAUNCH(k_bias_add, N * out, y, b, N * out, out);
   }
-  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, float* dw, float* db, int64_t N, int64_t in,
+  void linear_bwd(const float* x, const float* w, const float* dy, Grad dx, Grad dwg, Grad dbg, int64_t N, int64_t in,
                   int64_t out, const uint16_t* x16, const uint16_t* w16, const uint16_t* dy16,
                   const uint16_t* dgelu16) override {
-    const float dx_beta = dx.acc ? 1.f : 0.f;
+    const float dx_beta = dx.acc ? 1.f : 0.f, dw_beta = dwg.acc ? 1.f : 0.f;
+    float *dw = dwg.p, *db = dbg.p;
+    const bool db_acc = dbg.acc;
     ZR_CHECK(!dx.h || mm_ != DType::F32, "16-bit input gradients need a 16-bit matmul dtype");
     ZR_CHECK(!dgelu16 || (dx.h && mm_ != DType::F32), "linear_bwd: the fused GELU gradient needs a 16-bit dx");
     if (mm_ == DType::F32) {
       if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_beta, dx.p);
-      if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
+      if (dw) gemm(true, false, out, in, N, 1.f, dy, x, dw_beta, dw);
     } else {  // dy is rounded once for both products (summing its columns for db in the same pass)
       Half dyh = dy ? Half(static_cast<size_t>(N * out), false) : Half();
       if (!dy) {  // 16-bit gradient: used as it is, nothing to round
-        if (db) bias_grad16(dy16, N, out, db);
+        if (db) bias_grad16(dy16, N, out, db, db_acc);
         db = nullptr;
       } else {
         if (db && N > 0) {
-          round16_colsum(dy, dyh.p, N, out, db);
+          round16_colsum(dy, dyh.p, N, out, db, db_acc);
           db = nullptr;
         } else {
           round16(dy, dyh.p, N * out);
@@ -1128,12 +1130,12 @@ class CudaBackend : public Backend {
       if (dw) {
         Half xh = x16 ? Half() : to16(x, N * in);
         profile::Scope ps(".. cublasLt linear dw");
-        lt().run(mm_, true, false, out, in, N, dy16, out, x16 ? x16 : xh.p, in, 1.f, dw, in, nullptr);
+        lt().run(mm_, true, false, out, in, N, dy16, out, x16 ? x16 : xh.p, in, dw_beta, dw, in, nullptr);
       }
     }
     if (db) {
       profile::Scope ps(".. bias grad");
-      column_sums(ColOf{dy}, N, out, db, nullptr);
+      column_sums(ColOf{dy}, N, out, db, nullptr, db_acc);
     }
   }
   DType matmul_dtype() const override { return mm_; }
@@ -1479,8 +1481,8 @@ class CudaBackend : public Backend {
     if (g.p && !g.acc && n > 0) ZR_CUDA(cudaMemsetAsync(g.p, 0, static_cast<size_t>(n) * 4));
     return g.p;
   }
-  // d = 16-bit dy and db[c] += sum_r dy[r, c], one read of dy.
-  void round16_colsum(const float* dy, uint16_t* d, int64_t N, int64_t C, float* db) {
+  // d = 16-bit dy and db[c] (+)= sum_r dy[r, c], one read of dy (acc false: db overwritten).
+  void round16_colsum(const float* dy, uint16_t* d, int64_t N, int64_t C, float* db, bool acc) {
     profile::Scope ps(".. to16 + bias grad");
     const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per;
     DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
@@ -1492,7 +1494,7 @@ class CudaBackend : public Backend {
       k_to16_colsum<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
     }
     ZR_CUDA(cudaGetLastError());
-    col_final(part.p, chunks, C, db, nullptr, true);
+    col_final(part.p, chunks, C, db, nullptr, acc);
   }
   // The one-pass layernorm backward where C fits (and dw, db both wanted); false: not taken.
   template <class D>
@@ -1525,17 +1527,17 @@ class CudaBackend : public Backend {
     col_final(part.p, chunks, C, dw, db, true);
     return true;
   }
-  // db += the column sums of the 16-bit dy [N, C]: one kernel (its last blocks add the chunks' partials).
-  void bias_grad16(const uint16_t* dy, int64_t N, int64_t C, float* db) {
+  // db (+)= the column sums of the 16-bit dy [N, C]: one kernel (its last blocks add the chunks' partials).
+  void bias_grad16(const uint16_t* dy, int64_t N, int64_t C, float* db, bool acc) {
     const bool bf = mm_ == DType::BF16;
     if (C % 8 != 0 || reinterpret_cast<uintptr_t>(dy) % 16 != 0 || N <= 0)
-      return column_sums(ColOf16{dy, bf}, N, C, db, nullptr);
+      return column_sums(ColOf16{dy, bf}, N, C, db, nullptr, acc);
     const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per, cblocks = (C + 255) / 256;
     if (done_.bytes < static_cast<size_t>(cblocks) * sizeof(unsigned))
       done_ = DevBuf<unsigned>(static_cast<size_t>(std::max<int64_t>(cblocks, 1024)));  // zeroed
     DevBuf<float> part(static_cast<size_t>(chunks * C), false);
     dim3 grid(static_cast<unsigned>(cblocks), static_cast<unsigned>(chunks));
-    k_col16_sum<<<grid, dim3(32, kColRows)>>>(dy, bf, N, C, rows_per, part.p, done_.p, db);
+    k_col16_sum<<<grid, dim3(32, kColRows)>>>(dy, bf, N, C, rows_per, part.p, done_.p, db, acc);
     ZR_CUDA(cudaGetLastError());
   }
   // An f32 copy of a 16-bit input (empty when it is f32 already).

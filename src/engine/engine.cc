@@ -402,6 +402,8 @@ StepStats Engine::train_step(DataSource& data) {
     // can make its input's gradient there.
     const float loss_grad = static_cast<float>(scale / static_cast<double>(cfg_.gas));
     exec_->set_next_loss_grad(loss_grad);
+    // Stages 0-1: the step's first backward overwrites the gradient buffer (no zero-fill of it each step).
+    if (a == 0 && stage_ < 2) exec_->mark_grads_fresh();
     losses.push_back(exec_->forward_async(inputs));
     exec_->backward(loss_grad);
   }
@@ -476,7 +478,9 @@ StepStats Engine::train_step(DataSource& data) {
     profile::Scope ps("refresh+gather params");
     gather_after_step(rounded_out(0).f32 != nullptr);
   }
-  gbuf.zero_();
+  // Stages 2-3 accumulate each step's reduced shards; a skipped step's non-finite values are cleared as well
+  // (stages 0-1 otherwise overwrite the buffer in the next backward; its padding is never written).
+  if (stage_ >= 2 || st.skipped) gbuf.zero_();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   st.tokens = cfg_.batch * data.tokens_per_sample();
   return st;

@@ -337,7 +337,17 @@ void Executor::backward(float loss_grad) {
       for (auto& [role, name] : n.params) {
         c.params[role] = params_[name];
         auto it = grads_.find(name);
-        if (it != grads_.end() && it->second.defined()) c.dparams[role] = it->second;
+        if (it == grads_.end() || !it->second.defined()) continue;
+        c.dparams[role] = it->second;
+        if (fresh_.erase(name) == 0) continue;
+        // The first write of this gradient: the op overwrites it where it can (and the node has the tensor in
+        // this one role), else it is zeroed here and accumulated into.
+        const bool once =
+            std::count_if(n.params.begin(), n.params.end(), [&](const auto& rp) { return rp.second == name; }) == 1;
+        if (once && ops_[i]->writes_param_grad(role))
+          c.dparams_fresh.insert(role);
+        else
+          it->second.zero_();
       }
       c.saved = &saved_[i];
       {
@@ -353,7 +363,27 @@ void Executor::backward(float loss_grad) {
     }
     if (hooks.after_block_backward) hooks.after_block_backward(bi);
   }
+  for (const auto& name : std::set<std::string>(fresh_)) settle_grad(name);  // no gradient path: zeros
   release();
+}
+
+void Executor::set_grad(const std::string& name, const Tensor& t, bool fresh) {
+  grads_[name] = t;
+  if (fresh && t.defined())
+    fresh_.insert(name);
+  else
+    fresh_.erase(name);
+}
+
+void Executor::mark_grads_fresh() {
+  for (const auto& [name, t] : grads_)
+    if (t.defined()) fresh_.insert(name);
+}
+
+void Executor::settle_grad(const std::string& name) {
+  if (fresh_.erase(name) == 0) return;
+  auto it = grads_.find(name);
+  if (it != grads_.end() && it->second.defined()) it->second.zero_();
 }
 
 void Executor::release() {

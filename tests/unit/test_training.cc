@@ -1,7 +1,9 @@
 // Single-rank training: loss falls, gradient accumulation is equivalent to a
 // bigger micro batch, activation checkpointing changes nothing, fp16
 // overflow skips the step.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -145,6 +147,39 @@ TEST_CASE("residual folding only where the linear's output has one use, the resi
   fusions_change_nothing(g, w, in, [&](const Executor& ex, bool fused) { (fused ? on : off) = ex.residual_fusions(); });
   CHECK(on == 2);
   CHECK(off == 2);  // the plan is the graph's; ZERORUN_FUSE=0 only stops its use
+}
+
+TEST_CASE(
+    "fresh gradients: the step's first backward overwrites whatever the buffers held (tied weight, "
+    "a parameter without a gradient path, accumulation after it), equal to zero-fill and accumulate",
+    "[train]") {
+  Model g = tiny_gpt();  // wte.weight: token embedding and the tied lm head (two nodes, one written first)
+  Tensor tok = Tensor::empty({2, 16}, DType::I32), tgt = Tensor::empty({2, 16}, DType::I32);
+  for (int64_t i = 0; i < 32; ++i) tok.i32()[i] = static_cast<int32_t>((i * 7 + 1) % 64);
+  for (int64_t i = 0; i < 32; ++i) tgt.i32()[i] = static_cast<int32_t>((i * 5 + 2) % 64);
+  const Tensors in = {{"tokens", tok}, {"targets", tgt}};
+  auto run = [&](bool fresh, int passes) {
+    Tensors gr = zero_grads(g.tensors);
+    gr["unused"] = Tensor::zeros({3}, DType::F32);  // no node reads it: must read as zeros
+    Executor ex(g.graph, g.tensors, gr);
+    if (fresh) {
+      for (auto& [k, t] : gr) std::fill_n(t.f32(), t.numel(), std::nanf(""));  // stale values: never read
+      ex.mark_grads_fresh();
+    }
+    for (int p = 0; p < passes; ++p) {  // later passes accumulate (gradient accumulation's micro-batches)
+      ex.forward(in);
+      ex.backward(1.f);
+    }
+    return gr;
+  };
+  for (int passes : {1, 2}) {
+    Tensors a = run(false, passes), b = run(true, passes);
+    for (auto& [k, t] : a) {
+      INFO(k << " after " << passes << " passes");
+      REQUIRE(std::memcmp(t.raw(), b[k].raw(), t.nbytes()) == 0);
+    }
+    CHECK(b["unused"].f32()[0] == 0.f);
+  }
 }
 
 TEST_CASE("a d(loss) announced before the forward must be the backward's", "[train]") {

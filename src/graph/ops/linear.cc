@@ -61,6 +61,7 @@ class Linear : public Op {
   // The weight: forward and backward use the kept 16-bit copy where there is one (w.f32() is read only without).
   bool reads_param16_only(const std::string& role) const override { return role == "weight"; }
   bool fuses_residual() const override { return true; }
+  bool writes_param_grad(const std::string&) const override { return true; }
   bool takes16(size_t) const override { return true; }
   bool emits16(size_t) const override { return true; }
   bool takes_dout16(size_t) const override { return true; }
@@ -72,10 +73,17 @@ class Linear : public Op {
     const bool in16 = x.dtype() != DType::F32, dy16 = c.dout[0].dtype() != DType::F32;
     const Tensor &x16 = in16 ? x : (*c.saved)[0], &w16 = (*c.saved)[1];
     auto bits = [](const Tensor& t) { return t.defined() ? static_cast<const uint16_t*>(t.raw()) : nullptr; };
+    const int64_t rows = rows_of(x.shape());
+    // A fresh parameter gradient is overwritten (no zero-fill first); with no rows there is nothing to write.
+    auto pgrad = [&](Tensor& t, const char* role) {
+      if (!t.defined()) return kernels::Grad();
+      const bool fresh = c.dparams_fresh.count(role) > 0;
+      if (fresh && rows == 0) t.zero_();
+      return kernels::Grad(t.f32(), !fresh || rows == 0);
+    };
     be(c).linear_bwd(in16 ? nullptr : x.f32(), w.f32(), dy16 ? nullptr : c.dout[0].f32(), grad_of(c, 0),
-                     dw.defined() ? dw.f32() : nullptr, db.defined() ? db.f32() : nullptr, rows_of(x.shape()), w.dim(1),
-                     w.dim(0), bits(x16), bits(w16), dy16 ? bits16(c.dout[0]) : nullptr,
-                     c.dgelu_input.defined() ? bits16(c.dgelu_input) : nullptr);
+                     pgrad(dw, "weight"), pgrad(db, "bias"), rows, w.dim(1), w.dim(0), bits(x16), bits(w16),
+                     dy16 ? bits16(c.dout[0]) : nullptr, c.dgelu_input.defined() ? bits16(c.dgelu_input) : nullptr);
   }
 };
 }  // namespace
