@@ -908,6 +908,28 @@ __global__ void k_adam_round(float* p, const float* g, float* m, float* v, int64
     if (r32 && (!keep || keep[(base + i) >> 8])) r32[i] = from16(bf, h);
   }
 }
+// k_adam_round four elements a thread: 16-byte loads and stores (p, g, m, v, r32 16-byte, r16 8-byte aligned,
+// base % 4 == 0 so the four share a keep chunk), streamed past the caches (nothing here is read again in the
+// update); the last n % 4 elements are left to k_adam_round.
+__global__ void k_adam_round4(float* p, const float* g, float* m, float* v, int64_t n4, AdamCoeffs c, bool bf,
+                              float* r32, uint16_t* r16, const int32_t* keep, int64_t base) {
+  GRID_STRIDE(i, n4) {
+    float4 pp = __ldcs(reinterpret_cast<const float4*>(p) + i), gg = __ldcs(reinterpret_cast<const float4*>(g) + i),
+           mm = __ldcs(reinterpret_cast<const float4*>(m) + i), vv = __ldcs(reinterpret_cast<const float4*>(v) + i);
+    adam_elem(pp.x, gg.x, mm.x, vv.x, c);
+    adam_elem(pp.y, gg.y, mm.y, vv.y, c);
+    adam_elem(pp.z, gg.z, mm.z, vv.z, c);
+    adam_elem(pp.w, gg.w, mm.w, vv.w, c);
+    __stcs(reinterpret_cast<float4*>(p) + i, pp);
+    __stcs(reinterpret_cast<float4*>(m) + i, mm);
+    __stcs(reinterpret_cast<float4*>(v) + i, vv);
+    const ushort4 h = {to16_bits(bf, pp.x), to16_bits(bf, pp.y), to16_bits(bf, pp.z), to16_bits(bf, pp.w)};
+    if (r16) reinterpret_cast<ushort4*>(r16)[i] = h;
+    if (r32 && (!keep || keep[(base + 4 * i) >> 8]))
+      reinterpret_cast<float4*>(r32)[i] =
+          make_float4(from16(bf, h.x), from16(bf, h.y), from16(bf, h.z), from16(bf, h.w));
+  }
+}
 __global__ void k_sgd(float* p, const float* g, float* buf, int64_t n, float lr, float mom, float damp, float wd,
                       bool nesterov, bool first) {
   GRID_STRIDE(i, n) {
@@ -921,11 +943,18 @@ __global__ void k_finite_sumsq(const float* x, int64_t n, double* out, int* bad)
   double s = 0.0;
   bool ok = true;
   if (aligned16(x)) {
-    GRID_STRIDE(i, n / 4) {
-      const float4 v = ld4(x, i);
+    auto add = [&](const float4& v) {
       ok = ok && isfinite(v.x) && isfinite(v.y) && isfinite(v.z) && isfinite(v.w);
       s += (double)v.x * v.x + (double)v.y * v.y + (double)v.z * v.z + (double)v.w * v.w;
+    };
+    const int64_t n4 = n / 4, stride = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (; i + stride < n4; i += 2 * stride) {  // two loads in flight a thread
+      const float4 a = ld4(x, i), b = ld4(x, i + stride);
+      add(a);
+      add(b);
     }
+    if (i < n4) add(ld4(x, i));
     for (int64_t i = n / 4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
       ok = ok && isfinite(x[i]);
@@ -1411,8 +1440,18 @@ class CudaBackend : public Backend {
                          uint16_t* r16, const int32_t* r32_chunks, int64_t r32_base) override {
     if (!r32 && !r16) return adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
     ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "rounded AdamW copies need bf16 or f16");
-    LAUNCH(k_adam_round, n, p, g, m, v, n, adam_coeffs(lr, beta1, beta2, eps, wd, adamw, bias_correction, step),
-           dt == DType::BF16, r32, r16, r32_chunks, r32_base);
+    const AdamCoeffs c = adam_coeffs(lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
+    const bool bf = dt == DType::BF16;
+    int64_t done = 0;
+    if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && (!r32 || aligned16(r32)) &&
+        reinterpret_cast<uintptr_t>(r16) % 8 == 0 && r32_base % 4 == 0) {
+      const int64_t n4 = n / 4;
+      LAUNCH(k_adam_round4, n4, p, g, m, v, n4, c, bf, r32, r16, r32_chunks, r32_base);
+      done = n4 * 4;
+    }
+    if (n > done)
+      LAUNCH(k_adam_round, n - done, p + done, g + done, m + done, v + done, n - done, c, bf,
+             r32 ? r32 + done : nullptr, r16 ? r16 + done : nullptr, r32_chunks, r32_base + done);
   }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
                 bool nesterov, bool first_step) override {

@@ -389,6 +389,63 @@ TEST_CASE("cuda optimizer and reduction kernels match cpu", "[cuda]") {
   REQUIRE(gpu.get_scalar(one.f32()) == 2.5f);
 }
 
+TEST_CASE(
+    "AdamW with its rounded copies (the engine's update) and the grad check on the GPU match the CPU: vector "
+    "and scalar paths, kept-f32 chunks",
+    "[cuda]") {
+  Rng r(4);
+  auto& cpu = kernels::cpu_backend();
+  auto& gpu = kernels::backend(kGpu);
+  const int64_t n = 100003;  // n % 4 == 3: a scalar tail after the four-a-thread part
+  Tensor p = rnd({n + 1}, r), g = rnd({n + 1}, r), m = rnd({n + 1}, r, 0.1), v = rnd({n + 1}, r, 0.1);
+  for (int64_t i = 0; i <= n; ++i) v.f32()[i] = std::fabs(v.f32()[i]);
+  // (offset, base): aligned with base % 4 == 0 (vector path), misaligned pointers, base % 4 != 0 (scalar path).
+  for (auto [off, base] : {std::pair<int64_t, int64_t>{0, 4}, {1, 4}, {0, 2}})
+    for (DType dt : {DType::BF16, DType::F16}) {
+      INFO("offset " << off << ", base " << base << ", " << dtype_name(dt));
+      const int64_t chunks = (base + n) / 256 + 1;
+      Tensor keep = Tensor::empty({chunks}, DType::I32, MemCategory::Buffers);
+      for (int64_t k = 0; k < chunks; ++k) keep.i32()[k] = static_cast<int32_t>(k % 3 != 1);
+      Tensor pc = p.clone(), mc = m.clone(), vc = v.clone();
+      cpu.adam_step(pc.f32() + off, g.f32() + off, mc.f32() + off, vc.f32() + off, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f,
+                    true, true, 3);
+      Tensor pg = p.to(kGpu), gg = g.to(kGpu), mg = m.to(kGpu), vg = v.to(kGpu), kg = keep.to(kGpu);
+      Tensor sentinel = Tensor::empty({n + 1}, DType::F32, MemCategory::Buffers);
+      std::fill_n(sentinel.f32(), n + 1, 7.f);
+      Tensor r32 = sentinel.to(kGpu), r16 = Tensor::empty({n + 1}, dt, MemCategory::Buffers, kGpu);
+      gpu.adam_step_rounded(pg.f32() + off, gg.f32() + off, mg.f32() + off, vg.f32() + off, n, 1e-3f, 0.9f, 0.95f,
+                            1e-8f, 0.1f, true, true, 3, dt, r32.f32() + off, static_cast<uint16_t*>(r16.raw()) + off,
+                            kg.i32(), base);
+      close(pc, pg, 1e-6, "adam params");
+      close(mc, mg, 1e-6, "adam m");
+      close(vc, vg, 1e-6, "adam v");
+      Tensor h32 = r32.to(Device::cpu()), h16 = r16.to(Device::cpu());
+      const uint16_t* bits = static_cast<const uint16_t*>(h16.raw());
+      int64_t bad32 = 0, bad16 = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        const float want = round_to(dt, pc.f32()[off + i]),
+                    got16 = dt == DType::BF16 ? bf16_to_f32(bits[off + i]) : f16_to_f32(bits[off + i]);
+        const float want32 = keep.i32()[(base + i) >> 8] ? want : 7.f;
+        const float tol = 1e-2f * std::fabs(want) + 1e-6f;  // the f32 master may differ by an ulp: one 16-bit step
+        bad16 += std::fabs(got16 - want) > tol;
+        bad32 += std::fabs(h32.f32()[off + i] - want32) > tol;
+      }
+      CHECK(bad16 == 0);
+      CHECK(bad32 == 0);
+      if (off == 1) CHECK(h32.f32()[0] == 7.f);  // nothing before the range written
+    }
+  // One pass: the sum of squares (f64) and the inf/nan flag, over a length with a tail and two loads a thread.
+  for (int64_t len : {int64_t{1}, int64_t{7}, n, int64_t{3} << 20}) {
+    Tensor x = rnd({len}, r), xg = x.to(kGpu);
+    bool fin = false;
+    REQUIRE(gpu.finite_sum_squares(xg.f32(), len, &fin) == Approx(cpu.sum_squares(x.f32(), len)).epsilon(1e-9));
+    REQUIRE(fin);
+    gpu.set_scalar(xg.f32() + len - 1, NAN);
+    gpu.finite_sum_squares(xg.f32(), len, &fin);
+    REQUIRE(!fin);
+  }
+}
+
 TEST_CASE("device memory accounting and the caching allocator", "[cuda]") {
   MemStats before = mem_stats(true);
   {
