@@ -143,14 +143,14 @@ class Executor {
   Executor(const Graph& g, std::map<std::string, Tensor> params, std::map<std::string, Tensor> grads);
   // Replace parameter / gradient tensors (ZeRO-3 swaps gathered views in).
   void set_param(const std::string& name, const Tensor& t) { params_[name] = t; }
-  // fresh: t holds no values yet; the next backward's first write of it overwrites (or zero-fills) it.
-  void set_grad(const std::string& name, const Tensor& t, bool fresh = false);
+  void set_grad(const std::string& name, const Tensor& t) {
+    grads_[name] = t;
+    fresh_.erase(name);  // a tensor handed in is accumulated into
+  }
   // Every gradient tensor held now becomes fresh: the next backward overwrites rather than accumulates (the
-  // first micro-batch of a step, instead of zeroing the buffer and reading those zeros back).
+  // first micro-batch of a step, instead of zeroing the buffer and reading those zeros back); one it never
+  // writes (no gradient path) is zero-filled at its end.
   void mark_grads_fresh();
-  // Zero-fills gradient `name` if no backward has written it since it was made fresh (a parameter without a
-  // gradient path must still read as zeros).
-  void settle_grad(const std::string& name);
   // 16-bit copies of parameters (see NodeCtx::params16); the caller keeps them equal to the rounded params.
   void set_params16(std::map<std::string, Tensor> p16) { params16_ = std::move(p16); }
   // Whether any node reads parameter `name` as f32 values (false: only through its 16-bit copy).
@@ -195,7 +195,7 @@ class Executor {
   static bool is16(const Tensor& t) { return t.defined() && t.dtype() != DType::F32 && t.dtype() != DType::I32; }
   const Graph& g_;
   std::map<std::string, Tensor> params_, grads_, params16_;
-  std::set<std::string> fresh_;  // gradients holding no values yet (set_grad fresh, mark_grads_fresh)
+  std::set<std::string> fresh_;  // gradients holding no values yet (mark_grads_fresh)
   std::map<std::string, size_t> value_id_;
   std::vector<std::vector<size_t>> node_in_, node_out_;
   std::vector<Tensor> values_, value_grads_;

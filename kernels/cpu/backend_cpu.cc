@@ -2,7 +2,6 @@
 // backend for a device.
 #include <cblas.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "kernels/backend.h"
@@ -44,16 +43,8 @@ class CpuBackend : public Backend {
                   const uint16_t* dgelu16) override {
     ZR_CHECK(dy && !dy16 && !dgelu16, "16-bit activations are CUDA-only");
     ZR_CHECK(!dx.h, "16-bit gradients are CUDA-only");
-    if (dx && !dx.acc) {  // overwrite: the dx product with beta 0 (C is not read), no zero-fill
-      cpu::gemm(false, false, N, in, out, 1.f, dy, w, 0.f, dx.p);
-      dx = Grad();
-    }
-    if (dw && !dw.acc) {  // the step's first write of the weight gradient: beta 0, nothing to zero or read
-      cpu::gemm(true, false, out, in, N, 1.f, dy, x, 0.f, dw.p);
-      dw = Grad();
-    }
-    if (db && !db.acc) std::fill_n(db.p, out, 0.f);
-    cpu::linear_bwd(x, w, dy, dx.p, dw.p, db.p, N, in, out);
+    // Overwritten gradients (acc false): products with beta 0, nothing zero-filled first or read.
+    cpu::linear_bwd(x, w, dy, dx.p, dw.p, db.p, N, in, out, dx.acc, dw.acc, db.acc);
   }
   bool fuses_residual() const override { return true; }
   void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) override {

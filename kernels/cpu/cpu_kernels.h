@@ -14,9 +14,10 @@ void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alp
 
 // y = x W^T + b ; x [N, IN], W [OUT, IN], b [OUT] or null.
 void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_t N, int64_t in, int64_t out);
-// dx += dy W ; dw += dy^T x ; db += sum_rows dy. Any of dx/dw/db may be null.
+// dx += dy W ; dw += dy^T x ; db += sum_rows dy. Any of dx/dw/db may be null; one whose *_acc is false is
+// overwritten instead (not read).
 void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N, int64_t in,
-                int64_t out);
+                int64_t out, bool dx_acc = true, bool dw_acc = true, bool db_acc = true);
 
 // y[i] = a[i] + b[i % nb]
 void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb);

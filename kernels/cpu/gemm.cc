@@ -47,15 +47,15 @@ void linear_fwd(const float* x, const float* w, const float* b, float* y, int64_
 }
 
 void linear_bwd(const float* x, const float* w, const float* dy, float* dx, float* dw, float* db, int64_t N, int64_t in,
-                int64_t out) {
-  if (dx) gemm(false, false, N, in, out, 1.f, dy, w, 1.f, dx);
-  if (dw) gemm(true, false, out, in, N, 1.f, dy, x, 1.f, dw);
+                int64_t out, bool dx_acc, bool dw_acc, bool db_acc) {
+  if (dx) gemm(false, false, N, in, out, 1.f, dy, w, dx_acc ? 1.f : 0.f, dx);
+  if (dw) gemm(true, false, out, in, N, 1.f, dy, x, dw_acc ? 1.f : 0.f, dw);
   if (db) {
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < out; ++o) {
       float s = 0.f;
       for (int64_t n = 0; n < N; ++n) s += dy[n * out + o];
-      db[o] += s;
+      db[o] = (db_acc ? db[o] : 0.f) + s;
     }
   }
 }

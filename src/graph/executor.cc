@@ -363,27 +363,14 @@ void Executor::backward(float loss_grad) {
     }
     if (hooks.after_block_backward) hooks.after_block_backward(bi);
   }
-  for (const auto& name : std::set<std::string>(fresh_)) settle_grad(name);  // no gradient path: zeros
+  for (const auto& name : fresh_) grads_.at(name).zero_();  // still fresh: no gradient path, zeros
+  fresh_.clear();
   release();
-}
-
-void Executor::set_grad(const std::string& name, const Tensor& t, bool fresh) {
-  grads_[name] = t;
-  if (fresh && t.defined())
-    fresh_.insert(name);
-  else
-    fresh_.erase(name);
 }
 
 void Executor::mark_grads_fresh() {
   for (const auto& [name, t] : grads_)
     if (t.defined()) fresh_.insert(name);
-}
-
-void Executor::settle_grad(const std::string& name) {
-  if (fresh_.erase(name) == 0) return;
-  auto it = grads_.find(name);
-  if (it != grads_.end() && it->second.defined()) it->second.zero_();
 }
 
 void Executor::release() {
