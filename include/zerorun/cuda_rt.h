@@ -21,4 +21,26 @@ void upload(void* dst, const void* src, size_t bytes);
 void synchronize();
 size_t cached_bytes();  // held by the allocator but not in use
 
+// A CUDA graph of the work queued on the stream between begin_capture and end_capture, replayed by launch()
+// without the host queueing each kernel again. While capturing nothing runs; allocations come from the graph
+// pool, whose blocks are never given to work outside captures (replays write to the captured addresses), and
+// host reads of device values or synchronous copies fail the capture.
+class Graph {
+ public:
+  Graph() = default;
+  ~Graph();
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  void begin_capture();
+  void end_capture();    // instantiates it; throws with CUDA's reason when the capture broke
+  void abort_capture();  // after an error between the two: stops capturing, keeps nothing
+  void launch();
+  bool ready() const { return exec_ != nullptr; }
+  void reset();
+
+ private:
+  void* graph_ = nullptr;  // cudaGraph_t
+  void* exec_ = nullptr;   // cudaGraphExec_t
+};
+
 }  // namespace zerorun::cuda

@@ -14,6 +14,7 @@
 
 #include "zerorun/comm.h"
 #include "zerorun/config.h"
+#include "zerorun/cuda_rt.h"
 #include "zerorun/data.h"
 #include "zerorun/graph.h"
 #include "zerorun/model.h"
@@ -66,8 +67,21 @@ class Engine {
   // Called with this rank's gradient buffer before the cross-rank overflow
   // agreement (tests use it to inject inf/nan on one rank).
   std::function<void(float* grads, int64_t n)> after_backward;
+  // Whether micro-batches run as replayed CUDA graphs (stages 0-1 on a GPU, ZERORUN_CUDA_GRAPHS unset or 1).
+  bool cuda_graphs() const { return use_graphs_; }
+  int64_t graph_captures() const { return graph_captures_; }
 
  private:
+  // One micro-batch's forward + backward, captured as a CUDA graph and replayed: [0] a step's first (fresh
+  // gradients), [1] the others. Captured at first use after one eager step, again when d(loss) changes (the
+  // fp16 loss scale) or the inputs' shapes do. The graphs read the inputs from graph_inputs_ and leave the loss in
+  // `loss`, which is copied out before the next replay.
+  struct MicroGraph {
+    cuda::Graph graph;
+    float loss_grad = 0.f;
+    Tensor loss;
+  };
+  Tensor micro_graphed(const std::map<std::string, Tensor>& host_inputs, bool fresh, float loss_grad);
   struct GroupRt {
     Tensor full;                         // stage 3: gathered params (padded group)
     std::unique_ptr<CommHandle> gather;  // in-flight prefetch
@@ -126,6 +140,10 @@ class Engine {
   std::unique_ptr<LrSchedule> sched_;
   std::unique_ptr<LossScaler> scaler_;
   int64_t global_step_ = 0, updates_ = 0;
+  bool use_graphs_ = false;
+  int64_t steps_run_ = 0, graph_captures_ = 0;
+  MicroGraph graphs_[2];
+  std::map<std::string, Tensor> graph_inputs_;
 };
 
 }  // namespace zerorun

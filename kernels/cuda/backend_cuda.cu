@@ -1,6 +1,6 @@
 // The CUDA backend: every op's forward and backward, optimizer updates and
 // reductions on the GPU (cuBLAS for products, hand-written kernels for the
-// rest), on the default stream. Checked against the CPU backend op by op
+// rest), on the one stream of cuda::stream(). Checked against the CPU backend op by op
 // (tests/unit/test_cuda_ops.cc, run on the device machine).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -31,12 +31,12 @@ inline unsigned grid_for(int64_t n) {
 }
 #define GRID_STRIDE(i, n) \
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
-#define LAUNCH(kernel, n, ...)                    \
-  do {                                            \
-    if ((n) > 0) {                                \
-      kernel<<<grid_for(n), kTpb>>>(__VA_ARGS__); \
-      ZR_CUDA(cudaGetLastError());                \
-    }                                             \
+#define LAUNCH(kernel, n, ...)                                       \
+  do {                                                               \
+    if ((n) > 0) {                                                   \
+      kernel<<<grid_for(n), kTpb, 0, cuda::stream()>>>(__VA_ARGS__); \
+      ZR_CUDA(cudaGetLastError());                                   \
+    }                                                                \
   } while (0)
 
 __device__ inline float warp_sum(float v) {
@@ -111,9 +111,9 @@ template <bool Upd, class F>
 void elementwise(F f, const float* a, const float* b, float* y, int64_t n) {
   if (n <= 0) return;
   if (aligned16(a) && aligned16(y) && (!b || aligned16(b)))
-    k_ew<Upd, true><<<grid_for((n + 3) / 4), kTpb>>>(f, a, b, y, n);
+    k_ew<Upd, true><<<grid_for((n + 3) / 4), kTpb, 0, cuda::stream()>>>(f, a, b, y, n);
   else
-    k_ew<Upd, false><<<grid_for(n), kTpb>>>(f, a, b, y, n);
+    k_ew<Upd, false><<<grid_for(n), kTpb, 0, cuda::stream()>>>(f, a, b, y, n);
   ZR_CUDA(cudaGetLastError());
 }
 struct Plus {
@@ -224,7 +224,7 @@ void map_mixed(F f, const X* a, const Z* b, Y* y, int64_t n, bool acc, bool bf) 
   if (n <= 0) return;
   auto al = [](const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   const bool v4 = al(a, 4 * sizeof(X)) && (!b || al(b, 4 * sizeof(Z))) && al(y, 4 * sizeof(Y));
-  k_map<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb>>>(f, a, b, y, n, acc, bf, v4);
+  k_map<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb, 0, cuda::stream()>>>(f, a, b, y, n, acc, bf, v4);
   ZR_CUDA(cudaGetLastError());
 }
 // The activation function A on the kernel's (x, unused) / its derivative times dy on (x, dy).
@@ -544,7 +544,8 @@ __global__ void k_col_final(const float* part, int64_t chunks, int64_t C, float*
 }
 void col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o1, bool acc) {
   if (C <= 0) return;
-  k_col_final<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kFinalRows)>>>(part, chunks, C, o0, o1, acc);
+  k_col_final<<<static_cast<unsigned>((C + 31) / 32), dim3(32, kFinalRows), 0, cuda::stream()>>>(part, chunks, C, o0,
+                                                                                                 o1, acc);
   ZR_CUDA(cudaGetLastError());
 }
 // out[c] (+)= the column sums of a 16-bit N x C matrix (C % 8 == 0, 16-byte aligned rows) in one kernel: eight
@@ -688,7 +689,7 @@ template <class Y>
 void ln_fwd(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd, int64_t N, int64_t C,
             float eps, bool bf) {
   auto go = [&](auto kernel) {
-    kernel<<<rows_grid(N), kTpb>>>(x, w, b, y, mean, rstd, N, C, eps, bf);
+    kernel<<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, b, y, mean, rstd, N, C, eps, bf);
     ZR_CUDA(cudaGetLastError());
   };
   if (C % 4 != 0 || C > 2048 || !aligned16(x) || !aligned16(w) || !aligned16(b) || !aligned16(y))
@@ -1014,7 +1015,7 @@ struct DevBuf {  // scratch from the caching allocator
   explicit DevBuf(size_t n, bool zero = true) : bytes(n * sizeof(T)) {
     ZR_CUDA(cudaGetDevice(&dev));
     p = static_cast<T*>(cuda::device_alloc(bytes, dev));
-    if (zero) ZR_CUDA(cudaMemset(p, 0, bytes));
+    if (zero) ZR_CUDA(cudaMemsetAsync(p, 0, bytes, cuda::stream()));
   }
   int dev = 0;
   DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes), dev(o.dev) { o.p = nullptr; }
@@ -1037,15 +1038,15 @@ void column_sums(F f, int64_t N, int64_t C, float* o0, float* o1, bool acc = tru
   if (C <= 0) return;
   if (N <= 0) {
     if (!acc) {
-      if (o0) ZR_CUDA(cudaMemsetAsync(o0, 0, static_cast<size_t>(C) * 4));
-      if (o1) ZR_CUDA(cudaMemsetAsync(o1, 0, static_cast<size_t>(C) * 4));
+      if (o0) ZR_CUDA(cudaMemsetAsync(o0, 0, static_cast<size_t>(C) * 4, cuda::stream()));
+      if (o1) ZR_CUDA(cudaMemsetAsync(o1, 0, static_cast<size_t>(C) * 4, cuda::stream()));
     }
     return;
   }
   const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per;
   DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);  // every entry is written
   dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
-  k_col_partial<<<grid, dim3(32, kColRows)>>>(f, N, C, rows_per, part.p);
+  k_col_partial<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(f, N, C, rows_per, part.p);
   ZR_CUDA(cudaGetLastError());
   col_final(part.p, chunks, C, o0, o1, acc);
 }
@@ -1054,6 +1055,7 @@ class CudaBackend : public Backend {
  public:
   CudaBackend() {
     ZR_CUBLAS(cublasCreate(&h_));
+    ZR_CUBLAS(cublasSetStream(h_, cuda::stream()));
     const char* a = std::getenv("ZERORUN_ATTN_ATOMICS");
     attn_atomics_ = !(a && std::strcmp(a, "0") == 0);
   }
@@ -1254,7 +1256,8 @@ class CudaBackend : public Backend {
     if (!N) return;
     ZR_CHECK(!dx.h, "a layernorm's input gradient is f32");
     if (ln_bwd_fused(x, w, mean, rstd, dy, dx, dw, db, N, C, false)) return;
-    if (dx) k_ln_bwd_dx<float><<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, false);
+    if (dx)
+      k_ln_bwd_dx<float><<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, false);
     if (dw || db) column_sums(LnWB<float>{x, mean, rstd, dy, false}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
   }
@@ -1264,19 +1267,20 @@ class CudaBackend : public Backend {
     ZR_CHECK(!dx.h, "a layernorm's input gradient is f32");
     const bool bf = mm_ == DType::BF16;
     if (ln_bwd_fused(x, w, mean, rstd, dy, dx, dw, db, N, C, bf)) return;
-    if (dx) k_ln_bwd_dx<uint16_t><<<rows_grid(N), kTpb>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, bf);
+    if (dx)
+      k_ln_bwd_dx<uint16_t><<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, bf);
     if (dw || db) column_sums(LnWB<uint16_t>{x, mean, rstd, dy, bf}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
   }
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) override {
     if (!N) return;
-    k_rms_fwd<<<rows_grid(N), kTpb>>>(x, w, y, rstd, N, C, eps);
+    k_rms_fwd<<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, y, rstd, N, C, eps);
     ZR_CUDA(cudaGetLastError());
   }
   void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, Grad dx, float* dw, int64_t N,
                    int64_t C) override {
     if (!N) return;
-    if (dx) k_rms_bwd_dx<<<rows_grid(N), kTpb>>>(x, w, rstd, dy, dx.p, dx.acc, N, C);
+    if (dx) k_rms_bwd_dx<<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, rstd, dy, dx.p, dx.acc, N, C);
     if (dw) column_sums(LnWB<float>{x, nullptr, rstd, dy, false}, N, C, dw, nullptr);
     ZR_CUDA(cudaGetLastError());
   }
@@ -1288,7 +1292,7 @@ class CudaBackend : public Backend {
       float* P = probs + b * H * TT;
       gemm_strided(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.f, P, T, TT, H);
     }
-    k_causal_softmax<<<rows_grid(B * H * T), kTpb>>>(probs, B * H * T, T);
+    k_causal_softmax<<<rows_grid(B * H * T), kTpb, 0, cuda::stream()>>>(probs, B * H * T, T);
     ZR_CUDA(cudaGetLastError());
     for (int64_t b = 0; b < B; ++b) {
       const float* q = qkv + b * T * C3;
@@ -1309,7 +1313,7 @@ class CudaBackend : public Backend {
       float* dq = dqkv + b * T * C3;
       gemm_strided(false, true, T, T, hs, 1.f, dO, C, hs, q + 2 * C, C3, hs, 0.f, dP.p, T, TT, H);  // dP = dO V^T
       gemm_strided(true, false, T, hs, T, 1.f, P, T, TT, dO, C, hs, 1.f, dq + 2 * C, C3, hs, H);    // dV += P^T dO
-      k_softmax_bwd<<<rows_grid(H * T), kTpb>>>(P, dP.p, H * T, T, scale);
+      k_softmax_bwd<<<rows_grid(H * T), kTpb, 0, cuda::stream()>>>(P, dP.p, H * T, T, scale);
       ZR_CUDA(cudaGetLastError());
       gemm_strided(false, false, T, hs, T, 1.f, dP.p, T, TT, q + C, C3, hs, 1.f, dq, C3, hs, H);  // dQ += dS K
       gemm_strided(true, false, T, hs, T, 1.f, dP.p, T, TT, q, C3, hs, 1.f, dq + C, C3, hs, H);   // dK += dS^T Q
@@ -1349,21 +1353,23 @@ class CudaBackend : public Backend {
     DevBuf<int> bad(1);
     LAUNCH(k_ids_check, n, ids, n, V, bad.p, 1);
     int h = 0;
-    ZR_CUDA(cudaMemcpy(&h, bad.p, sizeof h, cudaMemcpyDeviceToHost));
+    cuda::fetch(&h, bad.p, sizeof h);
     return h == 0;
   }
-  // Queued without a wait: the first failing check of a step raises its message at the next get_scalar.
+  // Queued without a wait: the first failing check since the last read raises its message at the next
+  // get_scalar. A message's code stays the same for the run, so a CUDA graph replaying the check stays right.
   void check_ids_deferred(const int32_t* ids, int64_t n, int64_t V, const std::string& message) override {
     if (!n) return;
     if (!ids_flag_) {
       ids_flag_ = static_cast<int*>(cuda::device_alloc(sizeof(int), dev_of_backend()));
-      ZR_CUDA(cudaMemset(ids_flag_, 0, sizeof(int)));
+      ZR_CUDA(cudaMemsetAsync(ids_flag_, 0, sizeof(int), cuda::stream()));
       ZR_CUDA(cudaMallocHost(&ids_flag_host_, sizeof(int)));
       *ids_flag_host_ = 0;
     }
-    if (ids_messages_.size() >= 4096) raise_deferred(true);  // a caller that never reads a value: check now
-    ids_messages_.push_back(message);
-    LAUNCH(k_ids_check, n, ids, n, V, ids_flag_, static_cast<int>(ids_messages_.size()));
+    if (++ids_unread_ >= 4096) raise_deferred(true);  // a caller that never reads a value: check now
+    auto [it, fresh] = ids_codes_.try_emplace(message, static_cast<int>(ids_messages_.size()) + 1);
+    if (fresh) ids_messages_.push_back(message);
+    LAUNCH(k_ids_check, n, ids, n, V, ids_flag_, it->second);
   }
   void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C, int64_t V) override {
     LAUNCH(k_emb_fwd, N * C, ids, table, out, N, C, V);
@@ -1396,18 +1402,20 @@ class CudaBackend : public Backend {
              "fused cross-entropy needs 16-bit logits, 8-byte aligned, V % 4 == 0");
     if (!N) return set_scalar(loss, 0.f);
     DevBuf<float> rows(static_cast<size_t>(N), false);
-    k_ce_fused<<<static_cast<unsigned>(N), 1024>>>(logits, targets, rows.p, dloss, N, V, mm_ == DType::BF16);
+    k_ce_fused<<<static_cast<unsigned>(N), 1024, 0, cuda::stream()>>>(logits, targets, rows.p, dloss, N, V,
+                                                                      mm_ == DType::BF16);
     ZR_CUDA(cudaGetLastError());
-    k_mean<<<1, 1024>>>(rows.p, N, loss);
+    k_mean<<<1, 1024, 0, cuda::stream()>>>(rows.p, N, loss);
     ZR_CUDA(cudaGetLastError());
   }
   template <class L>  // the mean loss stays on the device: no wait for the forward
   void ce_fwd(const L* logits, const int32_t* targets, float* lse, int64_t N, int64_t V, float* loss) {
     if (!N) return set_scalar(loss, 0.f);
     DevBuf<float> rows(static_cast<size_t>(N), false);
-    k_ce_fwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, rows.p, lse, V, mm_ == DType::BF16);
+    k_ce_fwd<<<static_cast<unsigned>(N), kTpb, 0, cuda::stream()>>>(logits, targets, rows.p, lse, V,
+                                                                    mm_ == DType::BF16);
     ZR_CUDA(cudaGetLastError());
-    k_mean<<<1, 1024>>>(rows.p, N, loss);
+    k_mean<<<1, 1024, 0, cuda::stream()>>>(rows.p, N, loss);
     ZR_CUDA(cudaGetLastError());
   }
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
@@ -1420,9 +1428,11 @@ class CudaBackend : public Backend {
     if (!N) return;
     const bool bf = mm_ == DType::BF16;
     if (dlogits.h)
-      k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.h, false, bf, N, V);
+      k_ce_bwd<<<static_cast<unsigned>(N), kTpb, 0, cuda::stream()>>>(logits, targets, lse, dloss, dlogits.h, false, bf,
+                                                                      N, V);
     else
-      k_ce_bwd<<<static_cast<unsigned>(N), kTpb>>>(logits, targets, lse, dloss, dlogits.p, dlogits.acc, bf, N, V);
+      k_ce_bwd<<<static_cast<unsigned>(N), kTpb, 0, cuda::stream()>>>(logits, targets, lse, dloss, dlogits.p,
+                                                                      dlogits.acc, bf, N, V);
     ZR_CUDA(cudaGetLastError());
   }
   double mse_fwd(const float* pred, const float* target, int64_t n) override {
@@ -1465,10 +1475,10 @@ class CudaBackend : public Backend {
     if (n <= 0) return 0.0;
     DevBuf<double> acc(2);  // [0] the sum, [1] the inf/nan flag (an int): one zero-fill, one copy back
     int* bad = reinterpret_cast<int*>(acc.p + 1);
-    k_finite_sumsq<<<std::min<unsigned>(grid_for((n + 3) / 4), 1024), kTpb>>>(x, n, acc.p, bad);
+    k_finite_sumsq<<<std::min<unsigned>(grid_for((n + 3) / 4), 1024), kTpb, 0, cuda::stream()>>>(x, n, acc.p, bad);
     ZR_CUDA(cudaGetLastError());
     double h[2] = {0.0, 0.0};
-    ZR_CUDA(cudaMemcpy(h, acc.p, sizeof h, cudaMemcpyDeviceToHost));
+    cuda::fetch(h, acc.p, sizeof h);
     int b = 0;
     std::memcpy(&b, &h[1], sizeof b);
     *finite = b == 0;
@@ -1478,12 +1488,13 @@ class CudaBackend : public Backend {
     DevBuf<int> bad(1);
     LAUNCH(k_finite, n, x, n, bad.p);
     int h = 0;
-    ZR_CUDA(cudaMemcpy(&h, bad.p, sizeof h, cudaMemcpyDeviceToHost));
+    cuda::fetch(&h, bad.p, sizeof h);
     return h == 0;
   }
   void round_to(DType dt, const float* src, float* dst, int64_t n) override {
     if (dt == DType::F32) {
-      if (src != dst) ZR_CUDA(cudaMemcpy(dst, src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice));
+      if (src != dst)
+        ZR_CUDA(cudaMemcpyAsync(dst, src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, cuda::stream()));
       return;
     }
     round_any(dt == DType::BF16, src, nullptr, dst, n);
@@ -1493,14 +1504,14 @@ class CudaBackend : public Backend {
     round_any(dt == DType::BF16, src, dst, dst32, n);
   }
   void set_scalar(float* p, float v) override {  // a kernel argument: queued, no wait
-    k_set1<<<1, 1>>>(p, v);
+    k_set1<<<1, 1, 0, cuda::stream()>>>(p, v);
     ZR_CUDA(cudaGetLastError());
   }
   float get_scalar(const float* p) override {
     float v = 0.f;
-    if (!ids_messages_.empty())  // the deferred checks' flag comes back with the value, in the same wait
-      ZR_CUDA(cudaMemcpyAsync(ids_flag_host_, ids_flag_, sizeof(int), cudaMemcpyDeviceToHost));
-    ZR_CUDA(cudaMemcpy(&v, p, 4, cudaMemcpyDeviceToHost));
+    if (ids_flag_)  // the deferred checks' flag comes back with the value, in the same wait
+      ZR_CUDA(cudaMemcpyAsync(ids_flag_host_, ids_flag_, sizeof(int), cudaMemcpyDeviceToHost, cuda::stream()));
+    cuda::fetch(&v, p, 4);
     raise_deferred(false);
     return v;
   }
@@ -1513,11 +1524,11 @@ class CudaBackend : public Backend {
     else if (dst.acc)
       elementwise<true>(AccA{}, src, nullptr, dst.p, n);
     else if (n > 0)
-      ZR_CUDA(cudaMemcpyAsync(dst.p, src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice));
+      ZR_CUDA(cudaMemcpyAsync(dst.p, src, static_cast<size_t>(n) * 4, cudaMemcpyDeviceToDevice, cuda::stream()));
   }
   // For kernels that only accumulate: zero an overwrite target first.
   float* zeroed_unless_acc(Grad g, int64_t n) {
-    if (g.p && !g.acc && n > 0) ZR_CUDA(cudaMemsetAsync(g.p, 0, static_cast<size_t>(n) * 4));
+    if (g.p && !g.acc && n > 0) ZR_CUDA(cudaMemsetAsync(g.p, 0, static_cast<size_t>(n) * 4, cuda::stream()));
     return g.p;
   }
   // d = 16-bit dy and db[c] (+)= sum_r dy[r, c], one read of dy (acc false: db overwritten).
@@ -1527,10 +1538,11 @@ class CudaBackend : public Backend {
     DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
     if (C % 4 == 0 && aligned16(dy) && reinterpret_cast<uintptr_t>(d) % 8 == 0) {
       dim3 grid(static_cast<unsigned>((C + 127) / 128), static_cast<unsigned>(chunks));
-      k_to16_colsum4<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
+      k_to16_colsum4<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(mm_ == DType::BF16, dy, d, N, C, rows_per,
+                                                                      part.p);
     } else {
       dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
-      k_to16_colsum<<<grid, dim3(32, kColRows)>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
+      k_to16_colsum<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
     }
     ZR_CUDA(cudaGetLastError());
     col_final(part.p, chunks, C, db, nullptr, acc);
@@ -1550,7 +1562,8 @@ class CudaBackend : public Backend {
       const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel)), 8);
       chunks = ceil_div(N, rows_per);
       part = DevBuf<float>(static_cast<size_t>(2 * chunks * C), false);
-      kernel<<<static_cast<unsigned>(chunks), 256>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, rows_per, part.p, bf);
+      kernel<<<static_cast<unsigned>(chunks), 256, 0, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C,
+                                                                        rows_per, part.p, bf);
       ZR_CUDA(cudaGetLastError());
     };
     if (v4)
@@ -1576,7 +1589,7 @@ class CudaBackend : public Backend {
       done_ = DevBuf<unsigned>(static_cast<size_t>(std::max<int64_t>(cblocks, 1024)));  // zeroed
     DevBuf<float> part(static_cast<size_t>(chunks * C), false);
     dim3 grid(static_cast<unsigned>(cblocks), static_cast<unsigned>(chunks));
-    k_col16_sum<<<grid, dim3(32, kColRows)>>>(dy, bf, N, C, rows_per, part.p, done_.p, db, acc);
+    k_col16_sum<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(dy, bf, N, C, rows_per, part.p, done_.p, db, acc);
     ZR_CUDA(cudaGetLastError());
   }
   // An f32 copy of a 16-bit input (empty when it is f32 already).
@@ -1592,10 +1605,10 @@ class CudaBackend : public Backend {
     if (!n) return 0.0;
     DevBuf<double> acc(1);
     unsigned g = std::min<unsigned>(grid_for(n), 1024);
-    k_sq_diff_sum<<<g, kTpb>>>(a, b, n, acc.p);
+    k_sq_diff_sum<<<g, kTpb, 0, cuda::stream()>>>(a, b, n, acc.p);
     ZR_CUDA(cudaGetLastError());
     double h = 0.0;
-    ZR_CUDA(cudaMemcpy(&h, acc.p, sizeof h, cudaMemcpyDeviceToHost));
+    cuda::fetch(&h, acc.p, sizeof h);
     return h;
   }
   using Half = DevBuf<uint16_t>;  // bf16 or f16 bits, per mm_
@@ -1611,9 +1624,9 @@ class CudaBackend : public Backend {
   static void round_any(bool bf, const float* x, uint16_t* d16, float* d32, int64_t n) {
     if (n <= 0) return;
     if (aligned16(x) && reinterpret_cast<uintptr_t>(d16) % 8 == 0 && aligned16(d32))
-      k_to16<true><<<grid_for((n + 3) / 4), kTpb>>>(bf, x, d16, d32, n);
+      k_to16<true><<<grid_for((n + 3) / 4), kTpb, 0, cuda::stream()>>>(bf, x, d16, d32, n);
     else
-      k_to16<false><<<grid_for(n), kTpb>>>(bf, x, d16, d32, n);
+      k_to16<false><<<grid_for(n), kTpb, 0, cuda::stream()>>>(bf, x, d16, d32, n);
     ZR_CUDA(cudaGetLastError());
   }
   LtGemm& lt() {
@@ -1629,17 +1642,16 @@ class CudaBackend : public Backend {
         CUDA_R_32F, static_cast<int>(ldc), sC, static_cast<int>(batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   // Throws the message of the first failed deferred id check since the last call (flag already copied back,
-  // unless `fetch`), and forgets them.
+  // unless `fetch`) and clears the flag.
   void raise_deferred(bool fetch) {
-    if (ids_messages_.empty()) return;
-    if (fetch) ZR_CUDA(cudaMemcpy(ids_flag_host_, ids_flag_, sizeof(int), cudaMemcpyDeviceToHost));
+    if (!ids_flag_) return;
+    ids_unread_ = 0;
+    if (fetch) cuda::fetch(ids_flag_host_, ids_flag_, sizeof(int));
     const int f = *ids_flag_host_;
-    std::vector<std::string> m;
-    m.swap(ids_messages_);
     if (!f) return;
     *ids_flag_host_ = 0;
-    ZR_CUDA(cudaMemset(ids_flag_, 0, sizeof(int)));
-    ZR_FAIL(m.at(static_cast<size_t>(f - 1)));
+    ZR_CUDA(cudaMemsetAsync(ids_flag_, 0, sizeof(int), cuda::stream()));
+    ZR_FAIL(ids_messages_.at(static_cast<size_t>(f - 1)));
   }
   static int dev_of_backend() {
     int d = 0;
@@ -1666,9 +1678,11 @@ class CudaBackend : public Backend {
   bool attn_atomics_ = true;
   std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};
-  int* ids_flag_ = nullptr;       // device: 0, or 1 + the index of the first failed deferred check
-  int* ids_flag_host_ = nullptr;  // pinned copy read at get_scalar
-  std::vector<std::string> ids_messages_;
+  int* ids_flag_ = nullptr;                // device: 0, or 1 + the index of the first failed deferred check
+  int* ids_flag_host_ = nullptr;           // pinned copy read at get_scalar
+  std::vector<std::string> ids_messages_;  // code - 1 -> message
+  std::map<std::string, int> ids_codes_;
+  int64_t ids_unread_ = 0;                // checks queued since the flag was last read
   std::map<const void*, int64_t> waves_;  // wave_blocks, per kernel
 };
 

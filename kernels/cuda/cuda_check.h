@@ -1,5 +1,5 @@
-// Error checks for CUDA and cuBLAS calls: a failure becomes a zerorun::Error
-// naming the call, file and line.
+// Error checks for CUDA and cuBLAS calls (a failure becomes a zerorun::Error
+// naming the call, file and line) and the one stream all GPU work is queued on.
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -19,3 +19,11 @@
     if (zr_s_ != CUBLAS_STATUS_SUCCESS)                                                                  \
       ZR_FAIL("cuBLAS error ", static_cast<int>(zr_s_), " in ", #call, " at ", __FILE__, ":", __LINE__); \
   } while (0)
+
+namespace zerorun::cuda {
+// The stream every kernel, copy, memset and library call is queued on (not the legacy default stream, which
+// cannot be captured into a CUDA graph). Blocking: work still queued on the legacy stream orders against it.
+cudaStream_t stream();
+// Device to host on the stream, waiting for it (and everything queued before it).
+void fetch(void* host, const void* dev, size_t bytes);
+}  // namespace zerorun::cuda

@@ -192,15 +192,15 @@ template <int HS>
 void fwd_t(const float* qkv, float* out, float* lse, int B, int T, int C, int H) {
   int hs = C / H;
   dim3 grid((T + kTile - 1) / kTile, H, B);
-  k_fwd<HS><<<grid, kTile>>>(qkv, out, lse, T, C, H, hs, 1.f / sqrtf((float)hs));
+  k_fwd<HS><<<grid, kTile, 0, cuda::stream()>>>(qkv, out, lse, T, C, H, hs, 1.f / sqrtf((float)hs));
   ZR_CUDA(cudaGetLastError());
 }
 // delta[b, h, t] = sum_i dout[b, t, h*hs + i] * out[b, t, h*hs + i] (the backward's row term).
 void row_delta(const float* out, const float* dout, float* delta, int64_t B, int64_t T, int64_t C, int64_t H) {
   const int64_t n = B * H * T;
   if (n == 0) return;
-  k_delta<<<(unsigned)std::min<int64_t>((n + 7) / 8, 1 << 16), 256>>>(out, dout, delta, (int)B, (int)T, (int)C, (int)H,
-                                                                      (int)(C / H));
+  k_delta<<<(unsigned)std::min<int64_t>((n + 7) / 8, 1 << 16), 256, 0, cuda::stream()>>>(
+      out, dout, delta, (int)B, (int)T, (int)C, (int)H, (int)(C / H));
   ZR_CUDA(cudaGetLastError());
 }
 
@@ -211,8 +211,8 @@ void bwd_t(const float* qkv, const float* out, const float* lse, const float* do
   float scale = 1.f / sqrtf((float)hs);
   row_delta(out, dout, delta, B, T, C, H);
   dim3 grid((T + kTile - 1) / kTile, H, B);
-  k_bwd_kv<HS><<<grid, kTile>>>(qkv, dout, lse, delta, dqkv, T, C, H, hs, scale);
-  k_bwd_q<HS><<<grid, kTile>>>(qkv, dout, lse, delta, dqkv, T, C, H, hs, scale);
+  k_bwd_kv<HS><<<grid, kTile, 0, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, T, C, H, hs, scale);
+  k_bwd_q<HS><<<grid, kTile, 0, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, T, C, H, hs, scale);
   ZR_CUDA(cudaGetLastError());
 }
 

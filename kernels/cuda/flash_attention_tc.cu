@@ -803,7 +803,7 @@ void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B
   static bool once = (opt_in_smem(k_fwd<BF, MT, NW, KT, QR, MB, LPT>, Cfg::smem), true);
   (void)once;
   dim3 grid((T + Cfg::BQ - 1) / Cfg::BQ, H, B);
-  k_fwd<BF, MT, NW, KT, QR, MB, LPT><<<grid, 32 * NW, Cfg::smem>>>(qkv, out, out16, lse, T, C, H);
+  k_fwd<BF, MT, NW, KT, QR, MB, LPT><<<grid, 32 * NW, Cfg::smem, cuda::stream()>>>(qkv, out, out16, lse, T, C, H);
   ZR_CUDA(cudaGetLastError());
 }
 
@@ -850,8 +850,8 @@ void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const 
              uint16_t* dqkv16, float* dq_acc, int B, int T, int C, int H, bool acc) {
   static bool once = (opt_in_smem(Kernel, SMEM), true);
   (void)once;
-  Kernel<<<dim3((T + KEYS - 1) / KEYS, H, B), 32 * kWarps, SMEM>>>(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, T, C, H,
-                                                                   acc);
+  Kernel<<<dim3((T + KEYS - 1) / KEYS, H, B), 32 * kWarps, SMEM, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16,
+                                                                                   dq_acc, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
 }
 template <bool BF, int MB, bool FX = true, bool LPT = false>
@@ -865,12 +865,12 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
   static bool once = (opt_in_smem(k_bwd_kv<BF, false>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
   (void)once;
   const int64_t rows = (int64_t)B * T * H;
-  if (dq_acc) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS));
+  if (dq_acc) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS, cuda::stream()));
   const unsigned dg = (unsigned)std::min<int64_t>((rows + 31) / 32, 1 << 16);  // 32 (row, head) pairs per block
   if (out16)
-    k_delta<BF, uint16_t><<<dg, 256>>>(out16, dout, delta, B, T, C, H);
+    k_delta<BF, uint16_t><<<dg, 256, 0, cuda::stream()>>>(out16, dout, delta, B, T, C, H);
   else
-    k_delta<BF, float><<<dg, 256>>>(out, dout, delta, B, T, C, H);
+    k_delta<BF, float><<<dg, 256, 0, cuda::stream()>>>(out, dout, delta, B, T, C, H);
   ZR_CUDA(cudaGetLastError());
   if (dq_acc) {
     // Times: GPT-2 124M's shape on the H200 (B 8, H 12, T 1024), one probe call (session 9).
@@ -904,14 +904,15 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
     }
     run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, B, T, C, H, acc);
     const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
-    k_dq_out<BF><<<og, 256>>>(dq_acc, dqkv, dqkv16, B, T, C, H, acc);
+    k_dq_out<BF><<<og, 256, 0, cuda::stream()>>>(dq_acc, dqkv, dqkv16, B, T, C, H, acc);
     ZR_CUDA(cudaGetLastError());
     return;
   }
   const dim3 grid((T + BR - 1) / BR, H, B);
-  k_bwd_kv<BF, false><<<grid, 32 * kWarps, kKvSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, nullptr, T, C, H, acc);
+  k_bwd_kv<BF, false>
+      <<<grid, 32 * kWarps, kKvSmem, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16, nullptr, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
-  k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
+  k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
   ZR_CUDA(cudaGetLastError());
 }
 

@@ -132,7 +132,7 @@ void LtGemm::run(DType dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
   const float alpha = 1.f;
   const void* cin = beta != 0.f && e.addend ? e.addend : C;
   ZR_CUBLAS(cublasLtMatmul(h_, p.op, &alpha, B, p.a, A, p.b, &beta, cin, p.c, C, p.c, &p.algo, workspace_,
-                           workspace_bytes_, 0));
+                           workspace_bytes_, cuda::stream()));
 }
 
 }  // namespace zerorun::kernels

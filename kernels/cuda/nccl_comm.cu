@@ -150,7 +150,7 @@ class NcclComm : public Communicator {
  protected:
   // Compute stream -> NCCL stream ordering.
   void order_after_compute() {
-    ZR_CUDA(cudaEventRecord(ready_, 0));
+    ZR_CUDA(cudaEventRecord(ready_, cuda::stream()));
     ZR_CUDA(cudaStreamWaitEvent(stream_, ready_, 0));
   }
   void finish() { ZR_CUDA(cudaStreamSynchronize(stream_)); }

@@ -1,9 +1,10 @@
-// CUDA runtime slice for the core: a caching device allocator (blocks are
-// kept per rounded size and reused, like PyTorch's), copies and device
-// selection.
+// CUDA runtime slice for the core: the one stream, a caching device allocator
+// (blocks are kept per rounded size and reused, like PyTorch's) with a
+// private pool for CUDA graphs, copies, device selection and graph capture.
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 #include "cuda_check.h"
@@ -15,6 +16,11 @@ struct Cache {
   std::mutex mu;
   std::multimap<size_t, void*> free_blocks;  // rounded size -> block
   size_t cached = 0;
+  // Blocks of the graph pool: handed out only while a graph is captured, since a graph's replays write to the
+  // addresses it was captured with; a block freed during a capture joins the pool too.
+  bool capturing = false;
+  std::unordered_set<void*> graph_owned;
+  std::multimap<size_t, void*> graph_free;
 };
 Cache& cache() {
   static Cache* c = new Cache();  // never destroyed: frees at exit are skipped
@@ -39,15 +45,32 @@ int device_count() {
 
 void set_device(int i) { ZR_CUDA(cudaSetDevice(i)); }
 
+cudaStream_t stream() {
+  static cudaStream_t s = [] {
+    cudaStream_t t = nullptr;
+    ZR_CUDA(cudaStreamCreate(&t));  // blocking, on the device current at first use (set_device comes first)
+    return t;
+  }();
+  return s;
+}
+
+void fetch(void* host, const void* dev, size_t bytes) {
+  ZR_CUDA(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream()));
+  ZR_CUDA(cudaStreamSynchronize(stream()));
+}
+
 void* device_alloc(size_t bytes, int device) {
   size_t r = round_size(bytes ? bytes : 1);
   Cache& c = cache();
+  bool capturing = false;
   {
     std::lock_guard<std::mutex> lk(c.mu);
-    auto it = c.free_blocks.find(r);
-    if (it != c.free_blocks.end()) {
+    capturing = c.capturing;
+    auto& pool = capturing ? c.graph_free : c.free_blocks;
+    auto it = pool.find(r);
+    if (it != pool.end()) {
       void* p = it->second;
-      c.free_blocks.erase(it);
+      pool.erase(it);
       c.cached -= r;
       return p;
     }
@@ -55,12 +78,15 @@ void* device_alloc(size_t bytes, int device) {
   ZR_CUDA(cudaSetDevice(device));
   void* p = nullptr;
   cudaError_t e = cudaMalloc(&p, r);
-  if (e == cudaErrorMemoryAllocation) {  // give cached blocks back and retry once
+  if (e == cudaSuccess && capturing) {
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.graph_owned.insert(p);
+  }
+  if (e == cudaErrorMemoryAllocation && !capturing) {  // give cached blocks back and retry once (no frees in a capture)
     cudaGetLastError();
     std::lock_guard<std::mutex> lk(c.mu);
-    for (auto& [s, b] : c.free_blocks) cudaFree(b);
+    for (auto& [s, b] : c.free_blocks) cudaFree(b), c.cached -= s;
     c.free_blocks.clear();
-    c.cached = 0;
     e = cudaMalloc(&p, r);
   }
   if (e != cudaSuccess) {
@@ -76,20 +102,23 @@ void device_free(void* p, size_t bytes, int /*device*/) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);
   size_t r = round_size(bytes ? bytes : 1);
-  c.free_blocks.emplace(r, p);
+  if (c.capturing) c.graph_owned.insert(p);  // the graph being captured may still use it: kept for graphs
+  (c.graph_owned.count(p) ? c.graph_free : c.free_blocks).emplace(r, p);
   c.cached += r;
 }
 
 void device_memset0(void* p, size_t bytes) {
-  if (bytes) ZR_CUDA(cudaMemset(p, 0, bytes));
+  if (bytes) ZR_CUDA(cudaMemsetAsync(p, 0, bytes, stream()));
 }
 
 void device_fill_ff(void* p, size_t bytes) {
-  if (bytes) ZR_CUDA(cudaMemset(p, 0xFF, bytes));
+  if (bytes) ZR_CUDA(cudaMemsetAsync(p, 0xFF, bytes, stream()));
 }
 
 void copy(void* dst, const void* src, size_t bytes) {
-  if (bytes) ZR_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  if (!bytes) return;
+  ZR_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()));
+  ZR_CUDA(cudaStreamSynchronize(stream()));
 }
 
 namespace {
@@ -127,8 +156,8 @@ void upload(void* dst, const void* src, size_t bytes) {
     s.cap = bytes;
   }
   std::memcpy(s.p, src, bytes);
-  ZR_CUDA(cudaMemcpyAsync(dst, s.p, bytes, cudaMemcpyHostToDevice, 0));
-  ZR_CUDA(cudaEventRecord(s.done, 0));
+  ZR_CUDA(cudaMemcpyAsync(dst, s.p, bytes, cudaMemcpyHostToDevice, stream()));
+  ZR_CUDA(cudaEventRecord(s.done, stream()));
 }
 
 void synchronize() { ZR_CUDA(cudaDeviceSynchronize()); }
@@ -136,6 +165,74 @@ void synchronize() { ZR_CUDA(cudaDeviceSynchronize()); }
 size_t cached_bytes() {
   std::lock_guard<std::mutex> lk(cache().mu);
   return cache().cached;
+}
+
+Graph::~Graph() { reset(); }
+
+void Graph::reset() {
+  if (exec_) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+  if (graph_) cudaGraphDestroy(static_cast<cudaGraph_t>(graph_));
+  exec_ = graph_ = nullptr;
+}
+
+void Graph::begin_capture() {
+  reset();
+  Cache& c = cache();
+  {
+    // Cached blocks go back to CUDA first: the capture's allocations come from fresh blocks of the graph pool.
+    ZR_CUDA(cudaStreamSynchronize(stream()));
+    std::lock_guard<std::mutex> lk(c.mu);
+    ZR_CHECK(!c.capturing, "a CUDA graph is already being captured");
+    for (auto& [sz, b] : c.free_blocks) {
+      ZR_CUDA(cudaFree(b));
+      c.cached -= sz;
+    }
+    c.free_blocks.clear();
+    c.capturing = true;
+  }
+  cudaError_t e = cudaStreamBeginCapture(stream(), cudaStreamCaptureModeRelaxed);
+  if (e != cudaSuccess) {
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.capturing = false;
+  }
+  ZR_CUDA(e);
+}
+
+void Graph::end_capture() {
+  Cache& c = cache();
+  cudaGraph_t g = nullptr;
+  cudaError_t e = cudaStreamEndCapture(stream(), &g);
+  {
+    std::lock_guard<std::mutex> lk(c.mu);
+    c.capturing = false;
+  }
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (g) cudaGraphDestroy(g);
+    ZR_FAIL("capturing the step's CUDA graph failed: ", cudaGetErrorName(e), " (", cudaGetErrorString(e),
+            "); ZERORUN_CUDA_GRAPHS=0 runs without graphs");
+  }
+  graph_ = g;
+  cudaGraphExec_t x = nullptr;
+  ZR_CUDA(cudaGraphInstantiate(&x, g, 0));
+  exec_ = x;
+}
+
+void Graph::abort_capture() {
+  Cache& c = cache();
+  cudaGraph_t g = nullptr;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream(), &st) == cudaSuccess && st != cudaStreamCaptureStatusNone &&
+      cudaStreamEndCapture(stream(), &g) == cudaSuccess && g)
+    cudaGraphDestroy(g);
+  cudaGetLastError();
+  std::lock_guard<std::mutex> lk(c.mu);
+  c.capturing = false;
+}
+
+void Graph::launch() {
+  ZR_CHECK(exec_, "CUDA graph launched before it was captured");
+  ZR_CUDA(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream()));
 }
 
 }  // namespace zerorun::cuda

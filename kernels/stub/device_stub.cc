@@ -24,6 +24,12 @@ void copy(void*, const void*, size_t) { not_built(); }
 void upload(void*, const void*, size_t) { not_built(); }
 void synchronize() {}
 size_t cached_bytes() { return 0; }
+Graph::~Graph() = default;
+void Graph::begin_capture() { not_built(); }
+void Graph::end_capture() { not_built(); }
+void Graph::abort_capture() {}
+void Graph::launch() { not_built(); }
+void Graph::reset() {}
 }  // namespace zerorun::cuda
 
 #include "kernels/backend.h"

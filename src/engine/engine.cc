@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <sstream>
 
@@ -132,6 +134,10 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
                                      offload_ ? Device::cpu() : dev_);
   sched_ = std::make_unique<LrSchedule>(cfg_.scheduler, cfg_.optimizer, total_steps);
   scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale, cfg_.precision == Precision::FP16);
+  // CUDA graphs where a micro-batch's work is the same kernels on the same buffers every time: stages 0-1 (no
+  // per-bucket collectives or gathers inside the backward), not under the synchronised profiler.
+  const char* g = std::getenv("ZERORUN_CUDA_GRAPHS");
+  use_graphs_ = dev_.is_cuda() && stage_ < 2 && !profile::enabled() && !(g && std::strcmp(g, "0") == 0);
 }
 
 Engine::~Engine() {
@@ -307,6 +313,46 @@ void Engine::finish_grads(size_t b) {
 
 // ---- the step -----------------------------------------------------------------
 
+Tensor Engine::micro_graphed(const std::map<std::string, Tensor>& host_inputs, bool fresh, float loss_grad) {
+  bool same = graph_inputs_.size() == host_inputs.size();
+  for (auto& [k, t] : host_inputs) {
+    auto it = graph_inputs_.find(k);
+    same = same && it != graph_inputs_.end() && it->second.shape() == t.shape() && it->second.dtype() == t.dtype();
+  }
+  if (!same) {  // new input buffers: the graphs read the old ones
+    for (auto& mg : graphs_) mg.graph.reset(), mg.loss = Tensor();
+    graph_inputs_.clear();
+    for (auto& [k, t] : host_inputs)
+      graph_inputs_[k] = Tensor::empty(t.shape(), t.dtype(), MemCategory::Activations, dev_);
+  }
+  {
+    profile::Scope ps("data");
+    for (auto& [k, t] : host_inputs) cuda::upload(graph_inputs_.at(k).raw(), t.raw(), t.nbytes());
+  }
+  MicroGraph& mg = graphs_[fresh ? 0 : 1];
+  if (!mg.graph.ready() || mg.loss_grad != loss_grad) {
+    mg.loss = Tensor();
+    mg.graph.begin_capture();
+    try {
+      exec_->set_next_loss_grad(loss_grad);
+      if (fresh) exec_->mark_grads_fresh();
+      mg.loss = exec_->forward_async(graph_inputs_);
+      exec_->backward(loss_grad);
+    } catch (...) {
+      mg.graph.abort_capture();
+      exec_->release();
+      throw;
+    }
+    mg.graph.end_capture();
+    mg.loss_grad = loss_grad;
+    ++graph_captures_;
+  }
+  mg.graph.launch();
+  Tensor l = Tensor::empty({}, DType::F32, MemCategory::Activations, dev_);
+  be().round_to(DType::F32, mg.loss.f32(), l.f32(), 1);  // queued: taken before the next replay writes it
+  return l;
+}
+
 float* Engine::owned_master(int g) {
   if (master_.defined()) return master_.f32() + shard_off_[static_cast<size_t>(g)];
   if (stage_ < 3) return compute_.f32() + plan_.owned(g, comm_.rank()).begin;
@@ -391,22 +437,28 @@ StepStats Engine::train_step(DataSource& data) {
     {
       profile::Scope ps("data");
       inputs = data.batch(first, cfg_.micro);
-      if (!dev_.is_cpu())  // queued behind the previous step's update, not waiting for it
-        for (auto& [k, t] : inputs) {
-          Tensor d = Tensor::empty(t.shape(), t.dtype(), MemCategory::Activations, dev_);
-          cuda::upload(d.raw(), t.raw(), t.nbytes());
-          t = d;
-        }
     }
     // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale); known before the forward, so the loss op
     // can make its input's gradient there.
     const float loss_grad = static_cast<float>(scale / static_cast<double>(cfg_.gas));
-    exec_->set_next_loss_grad(loss_grad);
     // Stages 0-1: the step's first backward overwrites the gradient buffer (no zero-fill of it each step).
-    if (a == 0 && stage_ < 2) exec_->mark_grads_fresh();
+    const bool fresh = a == 0 && stage_ < 2;
+    if (use_graphs_ && steps_run_ > 0) {  // the first step runs eagerly: lazy set-up stays out of the graphs
+      losses.push_back(micro_graphed(inputs, fresh, loss_grad));
+      continue;
+    }
+    if (!dev_.is_cpu())  // queued behind the previous step's update, not waiting for it
+      for (auto& [k, t] : inputs) {
+        Tensor d = Tensor::empty(t.shape(), t.dtype(), MemCategory::Activations, dev_);
+        cuda::upload(d.raw(), t.raw(), t.nbytes());
+        t = d;
+      }
+    exec_->set_next_loss_grad(loss_grad);
+    if (fresh) exec_->mark_grads_fresh();
     losses.push_back(exec_->forward_async(inputs));
     exec_->backward(loss_grad);
   }
+  ++steps_run_;
   {
     profile::Scope ps("wait loss");
     for (auto& l : losses) loss_sum += static_cast<double>(be().get_scalar(l.f32()));

@@ -86,6 +86,10 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     spdlog::info("data: {}", data->describe());
   }
   spdlog::info("{}", engine.memory_report());  // every rank: its own shard sizes
+  if (lead && engine.cuda_graphs())
+    spdlog::info(
+        "CUDA graphs: each micro-batch's forward + backward is replayed from a graph after the first step "
+        "(ZERORUN_CUDA_GRAPHS=0 turns this off)");
   if (!o.resume.empty()) {
     std::string root = o.resume, tag;
     if (!path_exists(o.resume + "/manifest.json")) {
@@ -143,6 +147,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   if (lead)
     spdlog::info("done: {} steps, {} samples | {}", engine.global_step(), engine.samples_seen(),
                  engine.memory_report());
+  if (lead && engine.cuda_graphs()) spdlog::info("CUDA graphs: {} captures", engine.graph_captures());
   if (lead && profile::enabled()) spdlog::info("{}", profile::report());
   if (!o.final_weights.empty()) {
     auto w = engine.master_weights();  // collective

@@ -284,6 +284,38 @@ TEST_CASE("a token or target outside the vocabulary on the GPU fails the forward
   REQUIRE(std::isfinite(ex.forward({{"tokens", ok.to(Device::cuda(0))}, {"targets", ok.to(Device::cuda(0))}})));
 }
 
+TEST_CASE("CUDA graphs: replayed steps equal eager ones, and a bad id in a replayed step still fails naming it",
+          "[cuda]") {
+  const Model m = tiny_gpt(4, 64, 32);
+  const Config c = gpu_cfg(R"({"train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true}})");
+  setenv("ZERORUN_CUDA_GRAPHS", "0", 1);
+  const auto eager = train_losses(m, c, 6);
+  unsetenv("ZERORUN_CUDA_GRAPHS");
+  const auto graphed = train_losses(m, c, 6);
+  for (size_t i = 0; i < eager.size(); ++i) REQUIRE(graphed[i] == Approx(eager[i]).epsilon(1e-5));
+
+  struct BadAt : DataSource {  // the synthetic task, with a token id outside the vocabulary from sample `from` on
+    std::unique_ptr<DataSource> in;
+    int64_t from, vocab;
+    std::map<std::string, Tensor> batch(int64_t first, int64_t count) override {
+      auto b = in->batch(first, count);
+      if (first >= from) b.at("tokens").i32()[3] = static_cast<int32_t>(vocab);
+      return b;
+    }
+    std::string describe() const override { return "bad ids"; }
+  };
+  auto comm = make_self_comm();
+  Engine e(m, c, *comm, 8);
+  REQUIRE(e.cuda_graphs());
+  BadAt data;
+  data.in = make_data_source("synthetic", m, e.seq_len(), 5);
+  data.from = 3 * 4;  // step 4: steps 2 and 3 captured and replayed both graphs
+  data.vocab = 64;
+  for (int i = 0; i < 3; ++i) e.train_step(data);
+  REQUIRE(e.graph_captures() == 2);
+  REQUIRE_THROWS_WITH(e.train_step(data), Catch::Contains("outside the vocabulary of 64") && Catch::Contains("tokens"));
+}
+
 TEST_CASE(
     "GELU and the residual adds fused into cuBLASLt's products and cross-entropy's backward into its forward "
     "give the unfused gradients (GPT-2, bf16)",
