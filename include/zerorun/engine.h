@@ -81,6 +81,7 @@ class Engine {
     float loss_grad = 0.f;
     Tensor loss;
   };
+  Tensor forward_backward(const std::map<std::string, Tensor>& inputs, bool fresh, float loss_grad);
   Tensor micro_graphed(const std::map<std::string, Tensor>& host_inputs, bool fresh, float loss_grad);
   struct GroupRt {
     Tensor full;                         // stage 3: gathered params (padded group)

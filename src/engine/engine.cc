@@ -313,6 +313,16 @@ void Engine::finish_grads(size_t b) {
 
 // ---- the step -----------------------------------------------------------------
 
+// d(loss) announced before the forward (the loss op can make its input's gradient there); `fresh`: this backward
+// overwrites the gradient buffer. Returns the loss, not yet read.
+Tensor Engine::forward_backward(const std::map<std::string, Tensor>& inputs, bool fresh, float loss_grad) {
+  exec_->set_next_loss_grad(loss_grad);
+  if (fresh) exec_->mark_grads_fresh();
+  Tensor loss = exec_->forward_async(inputs);
+  exec_->backward(loss_grad);
+  return loss;
+}
+
 Tensor Engine::micro_graphed(const std::map<std::string, Tensor>& host_inputs, bool fresh, float loss_grad) {
   bool same = graph_inputs_.size() == host_inputs.size();
   for (auto& [k, t] : host_inputs) {
@@ -325,19 +335,13 @@ Tensor Engine::micro_graphed(const std::map<std::string, Tensor>& host_inputs, b
     for (auto& [k, t] : host_inputs)
       graph_inputs_[k] = Tensor::empty(t.shape(), t.dtype(), MemCategory::Activations, dev_);
   }
-  {
-    profile::Scope ps("data");
-    for (auto& [k, t] : host_inputs) cuda::upload(graph_inputs_.at(k).raw(), t.raw(), t.nbytes());
-  }
+  for (auto& [k, t] : host_inputs) cuda::upload(graph_inputs_.at(k).raw(), t.raw(), t.nbytes());
   MicroGraph& mg = graphs_[fresh ? 0 : 1];
   if (!mg.graph.ready() || mg.loss_grad != loss_grad) {
     mg.loss = Tensor();
     mg.graph.begin_capture();
     try {
-      exec_->set_next_loss_grad(loss_grad);
-      if (fresh) exec_->mark_grads_fresh();
-      mg.loss = exec_->forward_async(graph_inputs_);
-      exec_->backward(loss_grad);
+      mg.loss = forward_backward(graph_inputs_, fresh, loss_grad);
     } catch (...) {
       mg.graph.abort_capture();
       exec_->release();
@@ -453,10 +457,7 @@ StepStats Engine::train_step(DataSource& data) {
         cuda::upload(d.raw(), t.raw(), t.nbytes());
         t = d;
       }
-    exec_->set_next_loss_grad(loss_grad);
-    if (fresh) exec_->mark_grads_fresh();
-    losses.push_back(exec_->forward_async(inputs));
-    exec_->backward(loss_grad);
+    losses.push_back(forward_backward(inputs, fresh, loss_grad));
   }
   ++steps_run_;
   {
