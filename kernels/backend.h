@@ -170,23 +170,31 @@ class Backend {
     return *finite ? sum_squares(x, n) : 0.0;
   }
   virtual void round_to(DType dt, const float* src, float* dst, int64_t n) = 0;  // dst = round(src)
-  // dst = src rounded to `dt` (BF16 or F16) as 16-bit bits, and (dst32 non-null) as f32 values, in one pass.
-  virtual void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) = 0;
-  // src rounded to `dt` into r32 (f32 values) and / or r16 (16-bit bits); either may be null.
-  void round_copies(DType dt, const float* src, float* r32, uint16_t* r16, int64_t n) {
+  // dst = src rounded to `dt` (BF16 or F16) as 16-bit bits, and (dst32 non-null) as f32 values, in one pass; the
+  // f32 values go where f32_copy_at(dst32, slots, base, i) says (slots null: dst32[i]).
+  virtual void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n, const int32_t* slots,
+                          int64_t base) = 0;
+  void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) {
+    round_to16(dt, src, dst, dst32, n, nullptr, 0);
+  }
+  // src rounded to `dt` into r32 (f32 values, placed as round_to16 says) and / or r16 (16-bit bits); either may be
+  // null. A slot map needs the 16-bit copy (it exists only next to one).
+  void round_copies(DType dt, const float* src, float* r32, uint16_t* r16, int64_t n, const int32_t* slots = nullptr,
+                    int64_t base = 0) {
+    ZR_CHECK(r16 || !slots, "rounded f32 copies by slot need the 16-bit copy");
     if (r16)
-      round_to16(dt, src, r16, r32, n);
+      round_to16(dt, src, r16, r32, n, slots, base);
     else if (r32)
       round_to(dt, src, r32, n);
   }
   // adam_step, then round_copies of the updated p, in the same pass where the backend can (the engine's
-  // compute copies of its fp32 master weights); r32_chunks (see RoundedOut::f32_chunks) may limit the f32 copies.
+  // compute copies of its fp32 master weights); slots / base (see f32_copy_at) place the f32 copies.
   virtual void adam_step_rounded(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
                                  float beta2, float eps, float wd, bool adamw, bool bias_correction, int64_t step,
-                                 DType dt, float* r32, uint16_t* r16, const int32_t* /*r32_chunks*/ = nullptr,
-                                 int64_t /*r32_base*/ = 0) {
+                                 DType dt, float* r32, uint16_t* r16, const int32_t* slots = nullptr,
+                                 int64_t base = 0) {
     adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
-    round_copies(dt, p, r32, r16, n);
+    round_copies(dt, p, r32, r16, n, slots, base);
   }
   // Writes one f32 scalar (e.g. a loss gradient) at p.
   virtual void set_scalar(float* p, float v) = 0;

@@ -53,4 +53,15 @@ ZR_HD inline void sgd_elem(float& p, float g, float& buf, float lr, float moment
   p -= lr * d;
 }
 
+// Where the rounded f32 copy of element i of a flat range goes. slots null: dst32[i]. Otherwise element i is element
+// base + i of the flat parameter layout, and chunk k = (base + i) / 256 of that layout has its f32 copy at
+// dst32[256 slots[k] + (base + i) % 256] (dst32 the start of a compact buffer of only the chunks some op reads in
+// f32), or none where slots[k] < 0. Four elements from a multiple of 4 share a chunk.
+ZR_HD inline float* f32_copy_at(float* dst32, const int32_t* slots, int64_t base, int64_t i) {
+  if (!dst32 || !slots) return dst32 ? dst32 + i : nullptr;
+  const int64_t e = base + i;
+  const int32_t k = slots[e >> 8];
+  return k < 0 ? nullptr : dst32 + 256 * static_cast<int64_t>(k) + (e & 255);
+}
+
 }  // namespace zerorun::kernels

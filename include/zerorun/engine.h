@@ -92,6 +92,7 @@ class Engine {
   };
   void build_layout();
   void refresh_compute_params();
+  void make_compact();  // compute_ to its compact form (see compact_), the exec's param views moved with it
   // stage 3 parameter life cycle
   void start_gather(int g);
   void ensure_live(int g);
@@ -108,7 +109,7 @@ class Engine {
   float* state_at(int k, int p, int64_t elem);  // optimizer state k (0 = m, 1 = v) element
   // rounded: the optimizer already wrote this rank's compute copies (fused with its update).
   void gather_after_step(bool rounded);
-  void sync_compute16();                  // compute16_ = compute_ in 16 bits (when kept)
+  void sync_compute16();                  // compute16_ = compute_ in 16 bits (when kept; compact: both from the master)
   RoundedOut rounded_out(int64_t begin);  // the fused-update targets at compute element `begin` (or none)
   kernels::Backend& be() const;
   void copy_f32(float* dst, const float* src, int64_t n) const;  // any devices
@@ -128,9 +129,12 @@ class Engine {
   std::vector<GroupRt> rt_;
   Tensor compute_;    // stages 0-2: full padded compute params
   Tensor compute16_;  // 16-bit CUDA runs, stages 0-2: compute_ in 16 bits, what the products read
-  // With compute16_ and no f32 all-gather (stage 0, or one rank): per 256 elements of compute_, whether some op
-  // reads those f32 values (RoundedOut::f32_chunks); the update skips the f32 copies of the rest.
-  Tensor f32_chunks_;
+  // Compact (compute16_ and an on-device master with no f32 all-gather: stage 0, or one rank): compute_ keeps only
+  // the 256-element chunks of the flat layout that some op reads in f32 (norms, biases, embeddings; linear weights
+  // are read in 16 bits only), chunk k at slot f32_slots_[k] (-1: none, see RoundedOut::f32_slots), and the exec's
+  // views of 16-bit-only weights are their 16-bit copies: ~4 B a parameter less.
+  bool compact_ = false;
+  Tensor f32_slots_;
   Tensor param_shard_;  // stage 3: this rank's compute-param shard
   Tensor master_;       // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
   Tensor grads_full_;   // stages 0-1

@@ -16,9 +16,10 @@ struct RoundedOut {
   DType dt = DType::F32;
   float* f32 = nullptr;
   uint16_t* h = nullptr;
-  // Where f32 values are wanted at all (GPU backends; others write every one): flag k (an int) covers elements
-  // [256 k, 256 k + 256) of the flat buffer, this piece starting at element f32_base; null: everywhere.
-  const int32_t* f32_chunks = nullptr;
+  // Null: f32[i] for element i of the update. Otherwise the f32 copies are compact (kernels::f32_copy_at): the
+  // update's element i is element f32_base + i of the flat layout, whose 256-element chunk k has its copy at
+  // f32[256 f32_slots[k] + (f32_base + i) % 256], or none where f32_slots[k] < 0; needs h.
+  const int32_t* f32_slots = nullptr;
   int64_t f32_base = 0;
 };
 

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/backend.h"
+#include "kernels/optim_math.h"
 #include "zerorun/error.h"
 
 namespace zerorun::kernels {
@@ -131,13 +132,14 @@ class CpuBackend : public Backend {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) dst[i] = zerorun::round_to(dt, src[i]);
   }
-  void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) override {
+  void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n, const int32_t* slots,
+                  int64_t base) override {
     ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "round_to16 needs bf16 or f16");
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       const uint16_t h = dt == DType::BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
       dst[i] = h;
-      if (dst32) dst32[i] = dt == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      if (float* d = f32_copy_at(dst32, slots, base, i)) *d = dt == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
     }
   }
   void set_scalar(float* p, float v) override { *p = v; }

@@ -898,22 +898,22 @@ __global__ void k_mse_bwd(const float* p, const float* t, const float* dloss, Gr
 __global__ void k_adam(float* p, const float* g, float* m, float* v, int64_t n, AdamCoeffs c) {
   GRID_STRIDE(i, n) adam_elem(p[i], g[i], m[i], v[i], c);
 }
-// k_adam, and the updated weight rounded (bf: bfloat16, else fp16) into r16 bits / r32 values (either may be null).
-// keep (null: all): f32 copies only in 256-element chunks whose flag is set, element i being chunk (base + i) / 256.
+// k_adam, and the updated weight rounded (bf: bfloat16, else fp16) into r16 bits / r32 values (either may be null),
+// the f32 values placed by f32_copy_at(r32, slots, base, i).
 __global__ void k_adam_round(float* p, const float* g, float* m, float* v, int64_t n, AdamCoeffs c, bool bf, float* r32,
-                             uint16_t* r16, const int32_t* keep, int64_t base) {
+                             uint16_t* r16, const int32_t* slots, int64_t base) {
   GRID_STRIDE(i, n) {
     adam_elem(p[i], g[i], m[i], v[i], c);
     const uint16_t h = to16_bits(bf, p[i]);
     if (r16) r16[i] = h;
-    if (r32 && (!keep || keep[(base + i) >> 8])) r32[i] = from16(bf, h);
+    if (float* d = f32_copy_at(r32, slots, base, i)) *d = from16(bf, h);
   }
 }
 // k_adam_round four elements a thread: 16-byte loads and stores (p, g, m, v, r32 16-byte, r16 8-byte aligned,
-// base % 4 == 0 so the four share a keep chunk), streamed past the caches (nothing here is read again in the
+// base % 4 == 0 so the four share a slot chunk), streamed past the caches (nothing here is read again in the
 // update); the last n % 4 elements are left to k_adam_round.
 __global__ void k_adam_round4(float* p, const float* g, float* m, float* v, int64_t n4, AdamCoeffs c, bool bf,
-                              float* r32, uint16_t* r16, const int32_t* keep, int64_t base) {
+                              float* r32, uint16_t* r16, const int32_t* slots, int64_t base) {
   GRID_STRIDE(i, n4) {
     float4 pp = __ldcs(reinterpret_cast<const float4*>(p) + i), gg = __ldcs(reinterpret_cast<const float4*>(g) + i),
            mm = __ldcs(reinterpret_cast<const float4*>(m) + i), vv = __ldcs(reinterpret_cast<const float4*>(v) + i);
@@ -926,9 +926,8 @@ __global__ void k_adam_round4(float* p, const float* g, float* m, float* v, int6
     __stcs(reinterpret_cast<float4*>(v) + i, vv);
     const ushort4 h = {to16_bits(bf, pp.x), to16_bits(bf, pp.y), to16_bits(bf, pp.z), to16_bits(bf, pp.w)};
     if (r16) reinterpret_cast<ushort4*>(r16)[i] = h;
-    if (r32 && (!keep || keep[(base + 4 * i) >> 8]))
-      reinterpret_cast<float4*>(r32)[i] =
-          make_float4(from16(bf, h.x), from16(bf, h.y), from16(bf, h.z), from16(bf, h.w));
+    if (float* d = f32_copy_at(r32, slots, base, 4 * i))
+      *reinterpret_cast<float4*>(d) = make_float4(from16(bf, h.x), from16(bf, h.y), from16(bf, h.z), from16(bf, h.w));
   }
 }
 __global__ void k_sgd(float* p, const float* g, float* buf, int64_t n, float lr, float mom, float damp, float wd,
@@ -983,21 +982,21 @@ __global__ void k_finite(const float* x, int64_t n, int* bad) {
 }
 // s rounded to 16 bits (bf: bfloat16, else fp16) into d16 bits and/or d32 values (either may be null): the one
 // rounding kernel (activations, weights, the optimizer's compute copies).
-template <bool V4>  // V4: s and d32 16-byte, d16 8-byte aligned
-__global__ void k_to16(bool bf, const float* s, uint16_t* d16, float* d32, int64_t n) {
+template <bool V4>  // V4: s and d32 16-byte, d16 8-byte aligned, base % 4 == 0; d32 placed by f32_copy_at
+__global__ void k_to16(bool bf, const float* s, uint16_t* d16, float* d32, int64_t n, const int32_t* slots,
+                       int64_t base) {
   auto one = [&](int64_t i) {
     const uint16_t h = to16_bits(bf, s[i]);
     if (d16) d16[i] = h;
-    if (d32) d32[i] = from16(bf, h);
+    if (float* d = f32_copy_at(d32, slots, base, i)) *d = from16(bf, h);
   };
   if constexpr (V4) {
     GRID_STRIDE(i, n / 4) {
       const float4 x = ld4(s, i);
       const ushort4 h = make_ushort4(to16_bits(bf, x.x), to16_bits(bf, x.y), to16_bits(bf, x.z), to16_bits(bf, x.w));
       if (d16) reinterpret_cast<ushort4*>(d16)[i] = h;
-      if (d32)
-        reinterpret_cast<float4*>(d32)[i] =
-            make_float4(from16(bf, h.x), from16(bf, h.y), from16(bf, h.z), from16(bf, h.w));
+      if (float* d = f32_copy_at(d32, slots, base, 4 * i))
+        *reinterpret_cast<float4*>(d) = make_float4(from16(bf, h.x), from16(bf, h.y), from16(bf, h.z), from16(bf, h.w));
     }
     for (int64_t i = n / 4 * 4 + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -1447,21 +1446,21 @@ class CudaBackend : public Backend {
   }
   void adam_step_rounded(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
                          float eps, float wd, bool adamw, bool bias_correction, int64_t step, DType dt, float* r32,
-                         uint16_t* r16, const int32_t* r32_chunks, int64_t r32_base) override {
+                         uint16_t* r16, const int32_t* slots, int64_t base) override {
     if (!r32 && !r16) return adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
     ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "rounded AdamW copies need bf16 or f16");
     const AdamCoeffs c = adam_coeffs(lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
     const bool bf = dt == DType::BF16;
     int64_t done = 0;
     if (aligned16(p) && aligned16(g) && aligned16(m) && aligned16(v) && (!r32 || aligned16(r32)) &&
-        reinterpret_cast<uintptr_t>(r16) % 8 == 0 && r32_base % 4 == 0) {
+        reinterpret_cast<uintptr_t>(r16) % 8 == 0 && base % 4 == 0) {
       const int64_t n4 = n / 4;
-      LAUNCH(k_adam_round4, n4, p, g, m, v, n4, c, bf, r32, r16, r32_chunks, r32_base);
+      LAUNCH(k_adam_round4, n4, p, g, m, v, n4, c, bf, r32, r16, slots, base);
       done = n4 * 4;
     }
-    if (n > done)
+    if (n > done)  // with slots, r32 is the compact buffer's start and base moves instead
       LAUNCH(k_adam_round, n - done, p + done, g + done, m + done, v + done, n - done, c, bf,
-             r32 ? r32 + done : nullptr, r16 ? r16 + done : nullptr, r32_chunks, r32_base + done);
+             r32 && !slots ? r32 + done : r32, r16 ? r16 + done : nullptr, slots, base + done);
   }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
                 bool nesterov, bool first_step) override {
@@ -1499,9 +1498,10 @@ class CudaBackend : public Backend {
     }
     round_any(dt == DType::BF16, src, nullptr, dst, n);
   }
-  void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) override {
+  void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n, const int32_t* slots,
+                  int64_t base) override {
     ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "round_to16 needs bf16 or f16");
-    round_any(dt == DType::BF16, src, dst, dst32, n);
+    round_any(dt == DType::BF16, src, dst, dst32, n, slots, base);
   }
   void set_scalar(float* p, float v) override {  // a kernel argument: queued, no wait
     k_set1<<<1, 1, 0, cuda::stream()>>>(p, v);
@@ -1621,12 +1621,13 @@ class CudaBackend : public Backend {
     profile::Scope ps(".. to16");
     round_any(mm_ == DType::BF16, x, d, nullptr, n);
   }
-  static void round_any(bool bf, const float* x, uint16_t* d16, float* d32, int64_t n) {
+  static void round_any(bool bf, const float* x, uint16_t* d16, float* d32, int64_t n, const int32_t* slots = nullptr,
+                        int64_t base = 0) {
     if (n <= 0) return;
-    if (aligned16(x) && reinterpret_cast<uintptr_t>(d16) % 8 == 0 && aligned16(d32))
-      k_to16<true><<<grid_for((n + 3) / 4), kTpb, 0, cuda::stream()>>>(bf, x, d16, d32, n);
+    if (aligned16(x) && reinterpret_cast<uintptr_t>(d16) % 8 == 0 && aligned16(d32) && base % 4 == 0)
+      k_to16<true><<<grid_for((n + 3) / 4), kTpb, 0, cuda::stream()>>>(bf, x, d16, d32, n, slots, base);
     else
-      k_to16<false><<<grid_for(n), kTpb, 0, cuda::stream()>>>(bf, x, d16, d32, n);
+      k_to16<false><<<grid_for(n), kTpb, 0, cuda::stream()>>>(bf, x, d16, d32, n, slots, base);
     ZR_CUDA(cudaGetLastError());
   }
   LtGemm& lt() {

@@ -252,10 +252,12 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
       std::vector<float> v(static_cast<size_t>(need.size())), c(v.size());
       read_into(s.name, "master", need.begin, need.end, v.data());
       for (size_t i = 0; i < v.size(); ++i) c[i] = mixed_ ? round_to(dt, v[i]) : v[i];
-      float* dst = stage_ < 3 ? compute_.f32() + s.offset + need.begin
-                              : param_shard_.f32() + shard_off_[static_cast<size_t>(s.group)] +
-                                    (s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin);
-      copy_f32(dst, c.data(), need.size());
+      if (!compact_) {  // compact: sync_compute16 below writes the compute copies from the master
+        float* dst = stage_ < 3 ? compute_.f32() + s.offset + need.begin
+                                : param_shard_.f32() + shard_off_[static_cast<size_t>(s.group)] +
+                                      (s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin);
+        copy_f32(dst, c.data(), need.size());
+      }
       // After the compute copy: in fp32 the master may alias it. `own` lies inside `need`.
       if (!own.empty()) copy_f32(master_at(pi, own.begin), v.data() + (own.begin - need.begin), own.size());
     }

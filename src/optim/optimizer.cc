@@ -20,12 +20,12 @@ void Optimizer::update(float* p, const float* g, int64_t off, int64_t n, double 
   if (cfg_.type == "SGD") {
     be.sgd_step(p, g, m_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
                 static_cast<float>(cfg_.dampening), static_cast<float>(cfg_.weight_decay), cfg_.nesterov, steps_ == 1);
-    be.round_copies(out.dt, p, out.f32, out.h, n);
+    be.round_copies(out.dt, p, out.f32, out.h, n, out.f32_slots, out.f32_base);
   } else {
     be.adam_step_rounded(p, g, m_.f32() + off, v_.f32() + off, n, static_cast<float>(lr), static_cast<float>(beta1),
                          static_cast<float>(cfg_.beta2), static_cast<float>(cfg_.eps),
                          static_cast<float>(cfg_.weight_decay), cfg_.adam_w_mode, cfg_.bias_correction, steps_, out.dt,
-                         out.f32, out.h, out.f32_chunks, out.f32_base);
+                         out.f32, out.h, out.f32_slots, out.f32_base);
   }
 }
 

@@ -159,3 +159,49 @@ TEST_CASE("AdamW with rounded outputs: the update, then the weights rounded to f
   const float src[3] = {1.f, 3.14159f, -65504.f};
   REQUIRE_THROWS_WITH(be.round_to16(DType::F32, src, h.data(), nullptr, 3), Catch::Contains("bf16 or f16"));
 }
+
+TEST_CASE("Rounded f32 copies by slot: only kept 256-element chunks, compact, from any base", "[optim]") {
+  // The engine's compact compute copy: chunk k of the flat layout at slot slots[k] of a compact buffer (or none).
+  auto& be = kernels::cpu_backend();
+  const int64_t n = 900, base = 300;  // elements [300, 1200): chunks 1..4
+  const std::vector<int32_t> slots = {-1, 0, -1, 1, 2};
+  std::vector<float> src(n);
+  for (int64_t i = 0; i < n; ++i) src[i] = 0.37f * std::sin(0.1f * i) + 1e-3f * i;
+  auto expect = [&](const std::vector<float>& c, const std::vector<uint16_t>& h, const std::vector<float>& w) {
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t e = base + i, k = slots[static_cast<size_t>(e / 256)];
+      REQUIRE(h[i] == f32_to_bf16(w[i]));
+      if (k >= 0) REQUIRE(c[static_cast<size_t>(256 * k + e % 256)] == round_to(DType::BF16, w[i]));
+    }
+    // Slot 0 holds chunk 1 = elements [256, 512): its first 44 precede the range and stay untouched.
+    for (int j = 0; j < 44; ++j) REQUIRE(c[static_cast<size_t>(j)] == -7.f);
+  };
+  {
+    std::vector<float> c(3 * 256, -7.f);
+    std::vector<uint16_t> h(n);
+    be.round_to16(DType::BF16, src.data(), h.data(), c.data(), n, slots.data(), base);
+    expect(c, h, src);
+    int64_t written = 0;
+    for (float x : c) written += x != -7.f;
+    REQUIRE(written == (512 - 300) + 256 + (1200 - 1024));  // chunk 2's elements went nowhere
+  }
+  for (const char* type : {"AdamW", "SGD"}) {  // both optimizers' rounded updates honour the map
+    INFO(type);
+    OptimizerConfig oc;
+    oc.type = type;
+    oc.lr = 1e-2;
+    oc.momentum = 0.9;
+    Optimizer opt(oc, n);
+    std::vector<float> p = src, g(n), c(3 * 256, -7.f);
+    for (int64_t i = 0; i < n; ++i) g[i] = std::cos(0.3f * i);
+    std::vector<uint16_t> h(n);
+    RoundedOut out;
+    out.dt = DType::BF16, out.f32 = c.data(), out.h = h.data(), out.f32_slots = slots.data(), out.f32_base = base;
+    opt.step(p.data(), g.data(), 1e-2, 0.9, out);
+    REQUIRE(p != src);
+    expect(c, h, p);
+  }
+  std::vector<float> c(n);
+  REQUIRE_THROWS_WITH(be.round_copies(DType::BF16, src.data(), c.data(), nullptr, n, slots.data(), base),
+                      Catch::Contains("need the 16-bit copy"));
+}

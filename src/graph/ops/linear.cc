@@ -43,6 +43,8 @@ class Linear : public Op {
     };
     Tensor x16, w16 = mm != DType::F32 ? kept("weight") : Tensor(), b16 = out16 && b ? kept("bias") : Tensor();
     const bool w_kept = w16.defined();
+    // The engine may hand a weight only read in 16 bits as its 16-bit copy (no f32 values kept at all).
+    ZR_CHECK(w_kept || w.dtype() == DType::F32, "linear: a 16-bit weight needs the matmul in its dtype");
     if (mm != DType::F32) {
       if (!in16) x16 = Tensor::uninit({x.numel()}, mm, MemCategory::Activations, device_of(c));
       if (!w_kept) w16 = Tensor::uninit({w.numel()}, mm, MemCategory::Activations, device_of(c));
@@ -81,9 +83,10 @@ class Linear : public Op {
       if (fresh && rows == 0) t.zero_();
       return kernels::Grad(t.f32(), !fresh || rows == 0);
     };
-    be(c).linear_bwd(in16 ? nullptr : x.f32(), w.f32(), dy16 ? nullptr : c.dout[0].f32(), grad_of(c, 0),
-                     pgrad(dw, "weight"), pgrad(db, "bias"), rows, w.dim(1), w.dim(0), bits(x16), bits(w16),
-                     dy16 ? bits16(c.dout[0]) : nullptr, c.dgelu_input.defined() ? bits16(c.dgelu_input) : nullptr);
+    be(c).linear_bwd(in16 ? nullptr : x.f32(), w.dtype() == DType::F32 ? w.f32() : nullptr,
+                     dy16 ? nullptr : c.dout[0].f32(), grad_of(c, 0), pgrad(dw, "weight"), pgrad(db, "bias"), rows,
+                     w.dim(1), w.dim(0), bits(x16), bits(w16), dy16 ? bits16(c.dout[0]) : nullptr,
+                     c.dgelu_input.defined() ? bits16(c.dgelu_input) : nullptr);
   }
 };
 }  // namespace
