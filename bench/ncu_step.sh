@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One training step of GPT-2 (124M by default), bf16, micro batch 8, under ncu: the
 # per-kernel time breakdown (bench/ncu_step.py) without the profiler's per-op syncs.
-# Usage (device machine, after tests/make_device_bundle.sh): bash bench/ncu_step.sh [LAYERS EMBD HEADS BATCH]
+# Usage (device machine, after tests/make_device_bundle.sh): [DRAM=1] bash bench/ncu_step.sh [LAYERS EMBD HEADS BATCH]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source tests/device_env.sh
@@ -13,7 +13,9 @@ echo "{\"train_micro_batch_size_per_gpu\": $B, \"bf16\": {\"enabled\": true}, \"
 # Steps 1-3 warm up (plans, allocator); capture well into the run, two steps' worth of kernels (a step is about
 # 31 kernels a layer + 20: skip ~6.4 steps, capture ~3.6; 2500 and 1400 at 12 layers).
 PER=$((31 * L + 20))
-ncu --clock-control none --metrics gpu__time_duration.sum --csv --page raw --launch-skip $((PER * 64 / 10)) \
+# DRAM=1: each kernel's DRAM bytes too (replayed passes: slower).
+M=gpu__time_duration.sum${DRAM:+,dram__bytes_read.sum,dram__bytes_write.sum}
+ncu --clock-control none --metrics "$M" --csv --page raw --launch-skip $((PER * 64 / 10)) \
   --launch-count $((PER * 36 / 10)) "$ZR" --device cuda --config "$W/c.json" "$W/m.bin" --steps 11 >"$W/ncu.csv" 2>"$W/ncu.err" || tail -5 "$W/ncu.err"
 [[ -n "${OUT:-}" ]] && cp "$W/ncu.csv" "$OUT/"
 python3 bench/ncu_step.py "$W/ncu.csv" "${TOP:-45}"

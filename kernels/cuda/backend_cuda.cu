@@ -477,6 +477,82 @@ __global__ void __launch_bounds__(256, K4 <= 6 ? 3 : (K4 <= 13 ? 2 : 1))  // 3 b
   reduce_store(gw, 0);
   reduce_store(gb, 1);
 }
+// k_ln_bwd_v4 with the row's loads all in flight: x, dy and (acc) the dx being added to are loaded into registers
+// together, once (no second read from L1), and each warp keeps its dw / db sums in shared memory instead of
+// registers (dynamic: C/4 float4 of w, then per warp C/4 float4 of dw and of db, 68 B a column). The 8 warps' sums
+// are added in warp order into k_col_partial-style partials. C % 4 == 0, aligned, C <= 128 * K4.
+template <class D, int K4>
+__global__ void __launch_bounds__(256, K4 <= 8 ? 2 : 1)
+    k_ln_bwd_sm(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, float* dx, bool acc,
+                int64_t N, int64_t C, int64_t rows_per, float* part, bool bf) {
+  extern __shared__ float4 ln_sm[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+  const int64_t r0 = blockIdx.x * rows_per, r1 = min(N, r0 + rows_per), c4 = C / 4;
+  float4* sw = ln_sm;
+  float4* sg = ln_sm + c4 * (1 + 2 * warp);
+  float4* sb = sg + c4;
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int64_t j = threadIdx.x; j < c4; j += 256) sw[j] = reinterpret_cast<const float4*>(w)[j];
+  for (int64_t j = lane; j < c4; j += 32) sg[j] = zero, sb[j] = zero;
+  __syncthreads();
+  for (int64_t row = r0 + warp; row < r1; row += 8) {
+    const float4* xr = reinterpret_cast<const float4*>(x + row * C);
+    const D* dr = dy + row * C;
+    float4* dxr = dx ? reinterpret_cast<float4*>(dx + row * C) : nullptr;
+    float4 xv[K4], dv[K4], ov[K4];
+#pragma unroll
+    for (int k = 0; k < K4; ++k) {
+      const int64_t j = lane + 32 * k;
+      if (j >= c4) continue;
+      xv[k] = xr[j];
+      dv[k] = ldv4(dr, j, bf);
+      ov[k] = dxr && acc ? dxr[j] : zero;
+    }
+    const float mu = mean[row], rs = rstd[row];
+    float s1 = 0.f, s2 = 0.f;
+#pragma unroll
+    for (int k = 0; k < K4; ++k) {
+      const int64_t j = lane + 32 * k;
+      if (j >= c4) continue;
+      float4 h = xv[k];
+      h.x = (h.x - mu) * rs, h.y = (h.y - mu) * rs, h.z = (h.z - mu) * rs, h.w = (h.w - mu) * rs;
+      xv[k] = h;  // x-hat from here on
+      const float4 wv = sw[j], d = dv[k];
+      const float g0 = d.x * wv.x, g1 = d.y * wv.y, g2 = d.z * wv.z, g3 = d.w * wv.w;
+      s1 += (g0 + g1) + (g2 + g3);
+      s2 += (g0 * h.x + g1 * h.y) + (g2 * h.z + g3 * h.w);
+      float4 a = sg[j], b = sb[j];
+      a.x += d.x * h.x, a.y += d.y * h.y, a.z += d.z * h.z, a.w += d.w * h.w;
+      b.x += d.x, b.y += d.y, b.z += d.z, b.w += d.w;
+      sg[j] = a, sb[j] = b;
+    }
+    s1 = warp_sum(s1) / C;
+    s2 = warp_sum(s2) / C;
+    if (!dxr) continue;
+#pragma unroll
+    for (int k = 0; k < K4; ++k) {
+      const int64_t j = lane + 32 * k;
+      if (j >= c4) continue;
+      const float4 h = xv[k], d = dv[k], wv = sw[j];
+      float4 o = ov[k];
+      o.x += (d.x * wv.x - s1 - h.x * s2) * rs;
+      o.y += (d.y * wv.y - s1 - h.y * s2) * rs;
+      o.z += (d.z * wv.z - s1 - h.z * s2) * rs;
+      o.w += (d.w * wv.w - s1 - h.w * s2) * rs;
+      dxr[j] = o;
+    }
+  }
+  __syncthreads();
+  for (int64_t j = threadIdx.x; j < c4; j += 256)
+    for (int pass = 0; pass < 2; ++pass) {
+      float4 v = ln_sm[c4 + pass * c4 + j];
+      for (int q = 1; q < 8; ++q) {
+        const float4 o = ln_sm[c4 * (1 + 2 * q + pass) + j];
+        v.x += o.x, v.y += o.y, v.z += o.z, v.w += o.w;
+      }
+      reinterpret_cast<float4*>(part + (2 * blockIdx.x + pass) * C)[j] = v;
+    }
+}
 // Column sums of an N x C matrix, two at a time (layernorm's dw and db share a
 // pass), without atomics so results are bitwise reproducible: blocks of 32
 // columns x a chunk of rows write partial sums, a second kernel adds the
@@ -1057,6 +1133,8 @@ class CudaBackend : public Backend {
     ZR_CUBLAS(cublasSetStream(h_, cuda::stream()));
     const char* a = std::getenv("ZERORUN_ATTN_ATOMICS");
     attn_atomics_ = !(a && std::strcmp(a, "0") == 0);
+    const char* l = std::getenv("ZERORUN_LN_BWD");
+    ln_bwd_sm_ = l && std::strcmp(l, "sm") == 0;
   }
   const char* name() const override { return "cuda"; }
   void set_matmul_dtype(DType dt) override {
@@ -1556,6 +1634,20 @@ class CudaBackend : public Backend {
     if (!dw || !db || (C > 1024 && !v4)) return false;
     int64_t chunks = 0;
     DevBuf<float> part;
+    if (v4 && ln_bwd_sm_) {
+      with_k4(C, [&](auto k4) {
+        auto kernel = k_ln_bwd_sm<D, decltype(k4)::value>;
+        const size_t smem = static_cast<size_t>(17 * C) * sizeof(float);
+        const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel, smem)), 8);
+        chunks = ceil_div(N, rows_per);
+        part = DevBuf<float>(static_cast<size_t>(2 * chunks * C), false);
+        kernel<<<static_cast<unsigned>(chunks), 256, smem, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C,
+                                                                             rows_per, part.p, bf);
+        ZR_CUDA(cudaGetLastError());
+      });
+      col_final(part.p, chunks, C, dw, db, true);
+      return true;
+    }
     auto go = [&](auto kernel) {
       // One wave of blocks: rows a block = N over the blocks the GPU holds at once, a multiple of the 8 warps
       // (16 rows a block left 1.3 waves at GPT-2 124M's 8192 rows and a half-empty wave at 1.5B's 2048).
@@ -1661,13 +1753,16 @@ class CudaBackend : public Backend {
   }
   // The blocks of 256 threads of `kernel` the GPU runs at once (SMs x blocks an SM; at least 1), worked out on a
   // kernel's first launch and kept.
+  // With `smem` bytes of dynamic shared memory (a kernel is always launched with the same), allowed on first use.
   template <class K>
-  int64_t wave_blocks(K kernel) {
+  int64_t wave_blocks(K kernel, size_t smem = 0) {
     auto [it, fresh] = waves_.try_emplace(reinterpret_cast<const void*>(kernel), 0);
     if (fresh) {
       int sms = 0, per = 0;
       ZR_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev_of_backend()));
-      ZR_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, 256, 0));
+      if (smem > 48 * 1024)
+        ZR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      ZR_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kernel, 256, smem));
       it->second = std::max<int64_t>(1, static_cast<int64_t>(sms) * per);
     }
     return it->second;
@@ -1677,6 +1772,8 @@ class CudaBackend : public Backend {
   // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
   // two atomic-free kernels (7 products, dQ the same bits every run).
   bool attn_atomics_ = true;
+  // ZERORUN_LN_BWD=sm: the layernorm backward with its sums in shared memory and every load of a row in flight.
+  bool ln_bwd_sm_ = false;
   std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};
   int* ids_flag_ = nullptr;                // device: 0, or 1 + the index of the first failed deferred check
