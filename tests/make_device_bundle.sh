@@ -10,7 +10,7 @@ B=${1:-build}
 # The NCCL test is packed with BUNDLE_NCCL=1 only: with it the bundle plus the tree passes the 64 MiB carry limit.
 NCCL_TEST=${BUNDLE_NCCL:+$B/tests/zerorun_nccl_test}
 rm -rf .devbuild && mkdir -p .devbuild/bin .devbuild/lib .devbuild/lib-mpi
-for f in "$B/zerorun" "$B/tests/zerorun_cuda_tests" ${NCCL_TEST:-} "$B/tests/zerorun_gemm_probe" "$B/tests/zerorun_attn_probe" "$@"; do
+for f in "$B/zerorun" "$B/tests/zerorun_cuda_tests" ${NCCL_TEST:-} "$B/tests/zerorun_gemm_probe" "$B/tests/zerorun_attn_probe" "$B/tests/zerorun_ln_probe" "$@"; do
   [[ -f "$f" && -x "$f" ]] || continue
   cp "$f" .devbuild/bin/ && strip .devbuild/bin/"$(basename "$f")"
 done

@@ -1636,9 +1636,11 @@ class CudaBackend : public Backend {
     DevBuf<float> part;
     if (v4 && ln_bwd_sm_) {
       with_k4(C, [&](auto k4) {
-        auto kernel = k_ln_bwd_sm<D, decltype(k4)::value>;
-        const size_t smem = static_cast<size_t>(17 * C) * sizeof(float);
-        const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel, smem)), 8);
+        constexpr int K4 = decltype(k4)::value;
+        auto kernel = k_ln_bwd_sm<D, K4>;
+        // Allowed (and the wave sized) for the widest row this instantiation takes: one setting for every C.
+        const size_t smem = static_cast<size_t>(17 * C) * sizeof(float), most = 17 * 128 * K4 * sizeof(float);
+        const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel, most)), 8);
         chunks = ceil_div(N, rows_per);
         part = DevBuf<float>(static_cast<size_t>(2 * chunks * C), false);
         kernel<<<static_cast<unsigned>(chunks), 256, smem, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C,
@@ -1753,7 +1755,7 @@ class CudaBackend : public Backend {
   }
   // The blocks of 256 threads of `kernel` the GPU runs at once (SMs x blocks an SM; at least 1), worked out on a
   // kernel's first launch and kept.
-  // With `smem` bytes of dynamic shared memory (a kernel is always launched with the same), allowed on first use.
+  // With up to `smem` bytes of dynamic shared memory (the same for every launch of the kernel), allowed on first use.
   template <class K>
   int64_t wave_blocks(K kernel, size_t smem = 0) {
     auto [it, fresh] = waves_.try_emplace(reinterpret_cast<const void*>(kernel), 0);
