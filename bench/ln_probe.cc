@@ -1,12 +1,11 @@
 // Layernorm-backward probe: the 16-bit-dy layernorm backward (dx added to an f32 residual gradient, dw and db
-// summed) on its own at the GPT-2 step shapes, timed with CUDA events, so its variants (ZERORUN_LN_BWD) can be
-// compared in seconds without a training run. Prints a JSON line per shape: µs a call and the bandwidth of the
-// 14 bytes an element it must move (x and dx f32 read, dy bf16 read, dx written).
-// Usage (device machine): [ZERORUN_LN_BWD=sm] zerorun_ln_probe
+// summed, the partials' final sum included) on its own at the GPT-2 step shapes, timed with CUDA events, so kernel
+// changes can be compared in seconds without a training run. Prints a JSON line per shape: µs a call and the
+// bandwidth of the 14 bytes an element it must move (x and dx f32 read, dy bf16 read, dx written).
+// Usage (device machine): zerorun_ln_probe
 #include <cuda_runtime.h>
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "bench/probe_util.h"
 #include "kernels/backend.h"
@@ -16,7 +15,6 @@ int main() {
   try {
     auto& be = kernels::backend(Device::cuda(0));
     be.set_matmul_dtype(DType::BF16);
-    const char* v = std::getenv("ZERORUN_LN_BWD");
     for (auto [N, C] : {std::pair<int64_t, int64_t>{8192, 768}, {4096, 1024}, {2048, 1600}, {8192, 1024}}) {
       auto* x = static_cast<float*>(probe::dev_alloc(N * C * 4));
       auto* dx = static_cast<float*>(probe::dev_alloc(N * C * 4));
@@ -29,13 +27,11 @@ int main() {
       probe::fill_bf16(dy, static_cast<size_t>(N * C), 3);
       const double ms =
           probe::event_ms([&] { be.layernorm_bwd16(x, w, mean, rstd, dy, kernels::Grad(dx, true), dw, db, N, C); }, 50);
-      std::printf("{\"probe\": \"layernorm_bwd16\", \"variant\": \"%s\", \"N\": %lld, \"C\": %lld, \"us\": %.2f, "
-                  "\"TB_s\": %.2f}\n",
-                  v ? v : "v4", static_cast<long long>(N), static_cast<long long>(C), 1e3 * ms,
-                  14.0 * N * C / (ms * 1e9));
-      for (void* p : {static_cast<void*>(x), static_cast<void*>(dx), static_cast<void*>(dy), static_cast<void*>(w),
-                      static_cast<void*>(dw), static_cast<void*>(db), static_cast<void*>(mean),
-                      static_cast<void*>(rstd)})
+      std::printf("{\"probe\": \"layernorm_bwd16\", \"N\": %lld, \"C\": %lld, \"us\": %.2f, \"TB_s\": %.2f}\n",
+                  static_cast<long long>(N), static_cast<long long>(C), 1e3 * ms, 14.0 * N * C / (ms * 1e9));
+      for (void* p :
+           {static_cast<void*>(x), static_cast<void*>(dx), static_cast<void*>(dy), static_cast<void*>(w),
+            static_cast<void*>(dw), static_cast<void*>(db), static_cast<void*>(mean), static_cast<void*>(rstd)})
         cudaFree(p);
     }
   } catch (const std::exception& e) {

@@ -125,6 +125,9 @@ class Graph {
                                             const std::map<std::string, int64_t>& symbols) const;
   // Parameter names in first-use order (deterministic layout for ZeRO).
   std::vector<std::string> param_order() const;
+  // Parameters some op reads as f32 values; the others (linear weights) are read only as the 16-bit copy a
+  // 16-bit GPU run keeps of them (Op::reads_param16_only).
+  std::set<std::string> params_read_f32() const;
   // Index of the first / one-past-last node of each block.
   std::vector<std::pair<size_t, size_t>> block_ranges() const;
   Shape input_shape(const InputSpec& in, const std::map<std::string, int64_t>& symbols) const;
@@ -195,7 +198,8 @@ class Executor {
   static bool is16(const Tensor& t) { return t.defined() && t.dtype() != DType::F32 && t.dtype() != DType::I32; }
   const Graph& g_;
   std::map<std::string, Tensor> params_, grads_, params16_;
-  std::set<std::string> fresh_;  // gradients holding no values yet (mark_grads_fresh)
+  std::set<std::string> params_f32_;  // g_.params_read_f32()
+  std::set<std::string> fresh_;       // gradients holding no values yet (mark_grads_fresh)
   std::map<std::string, size_t> value_id_;
   std::vector<std::vector<size_t>> node_in_, node_out_;
   std::vector<Tensor> values_, value_grads_;

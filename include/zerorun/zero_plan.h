@@ -59,12 +59,14 @@ Plan plan(const std::vector<ParamInput>& params, int world, int64_t align);
 // parameters aside), split by where they live. An Adam-family optimizer (two moments); `mixed`: 16-bit compute
 // with an fp32 master; `gpu`: a CUDA run, whose 16-bit runs also keep the compute weights in 16 bits at
 // stages 0-2; offload_optimizer moves master, moments and a gradient shard to host memory (GPU runs, stage >= 1),
-// offload_param the stage-3 parameter shard.
+// offload_param the stage-3 parameter shard. f32_read (< 0: all P): the parameters some op reads in f32
+// (Graph::params_read_f32); a 16-bit GPU run with its master on the device and no f32 all-gather (stage 0, or
+// one rank) keeps f32 compute values for those only.
 struct StateEstimate {
   double params = 0, grads = 0, optimizer = 0;  // as Engine::model_state_bytes counts them
   double device = 0, host = 0;                  // the same bytes by location (host = all of it on CPU runs)
 };
 StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, bool gpu, bool offload_optimizer,
-                                    bool offload_param);
+                                    bool offload_param, double f32_read = -1);
 
 }  // namespace zerorun::zero

@@ -403,84 +403,12 @@ __global__ void __launch_bounds__(256)
     __syncthreads();
   }
 }
-// The one-pass layernorm backward with 16-byte accesses (C % 4 == 0, aligned, C <= 128 * K4): lane l owns columns
-// 4 (l + 32 k) .. +3, keeping only their dw / db sums in registers; a row is read once for the row sums and the
-// sums (every load in flight together), and again from L1 for dx. The block's 8 warps add their sums in a fixed
-// tree (4 + 4, 2 + 2, 1 + 1) into k_col_partial-style partials, as k_ln_bwd_fused does.
-template <class D, int K4>
-__global__ void __launch_bounds__(256, K4 <= 6 ? 3 : (K4 <= 13 ? 2 : 1))  // 3 blocks an SM at C 768, 2 at 1600
-    k_ln_bwd_v4(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, float* dx, bool acc,
-                int64_t N, int64_t C, int64_t rows_per, float* part, bool bf) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
-  const int64_t r0 = blockIdx.x * rows_per, r1 = min(N, r0 + rows_per), c4 = C / 4;
-  const float4* w4 = reinterpret_cast<const float4*>(w);
-  float4 gw[K4], gb[K4];
-#pragma unroll
-  for (int k = 0; k < K4; ++k) gw[k] = gb[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-  for (int64_t row = r0 + warp; row < r1; row += 8) {
-    const float4* xr = reinterpret_cast<const float4*>(x + row * C);
-    const D* dr = dy + row * C;
-    const float mu = mean[row], rs = rstd[row];
-    float s1 = 0.f, s2 = 0.f;
-#pragma unroll
-    for (int k = 0; k < K4; ++k) {
-      const int64_t j = lane + 32 * k;
-      if (j >= c4) continue;
-      const float4 xv = xr[j], d = ldv4(dr, j, bf), wv = w4[j];
-      const float h0 = (xv.x - mu) * rs, h1 = (xv.y - mu) * rs, h2 = (xv.z - mu) * rs, h3 = (xv.w - mu) * rs;
-      const float g0 = d.x * wv.x, g1 = d.y * wv.y, g2 = d.z * wv.z, g3 = d.w * wv.w;
-      s1 += (g0 + g1) + (g2 + g3);
-      s2 += (g0 * h0 + g1 * h1) + (g2 * h2 + g3 * h3);
-      gw[k].x += d.x * h0, gw[k].y += d.y * h1, gw[k].z += d.z * h2, gw[k].w += d.w * h3;
-      gb[k].x += d.x, gb[k].y += d.y, gb[k].z += d.z, gb[k].w += d.w;
-    }
-    s1 = warp_sum(s1) / C;
-    s2 = warp_sum(s2) / C;
-    if (!dx) continue;
-    float4* dxr = reinterpret_cast<float4*>(dx + row * C);
-#pragma unroll
-    for (int k = 0; k < K4; ++k) {
-      const int64_t j = lane + 32 * k;
-      if (j >= c4) continue;
-      const float4 xv = xr[j], d = ldv4(dr, j, bf), wv = w4[j];
-      float4 o = acc ? dxr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
-      o.x += (d.x * wv.x - s1 - (xv.x - mu) * rs * s2) * rs;
-      o.y += (d.y * wv.y - s1 - (xv.y - mu) * rs * s2) * rs;
-      o.z += (d.z * wv.z - s1 - (xv.z - mu) * rs * s2) * rs;
-      o.w += (d.w * wv.w - s1 - (xv.w - mu) * rs * s2) * rs;
-      dxr[j] = o;
-    }
-  }
-  __shared__ float4 sh[4][32 * K4];  // four warps' sums (32 KB at 2048 columns)
-  auto reduce_store = [&](float4(&a)[K4], int pass) {
-#pragma unroll
-    for (int half = 4; half >= 1; half /= 2) {  // warps [half, 2 half) hand their sums to warps [0, half)
-      if (warp >= half && warp < 2 * half)
-#pragma unroll
-        for (int k = 0; k < K4; ++k) sh[warp - half][lane + 32 * k] = a[k];
-      __syncthreads();
-      if (warp < half)
-#pragma unroll
-        for (int k = 0; k < K4; ++k) {
-          const float4 o = sh[warp][lane + 32 * k];
-          a[k].x += o.x, a[k].y += o.y, a[k].z += o.z, a[k].w += o.w;
-        }
-      __syncthreads();
-    }
-    if (warp == 0)
-#pragma unroll
-      for (int k = 0; k < K4; ++k) {
-        const int64_t j = lane + 32 * k;
-        if (j < c4) reinterpret_cast<float4*>(part + (2 * blockIdx.x + pass) * C)[j] = a[k];
-      }
-  };
-  reduce_store(gw, 0);
-  reduce_store(gb, 1);
-}
-// k_ln_bwd_v4 with the row's loads all in flight: x, dy and (acc) the dx being added to are loaded into registers
-// together, once (no second read from L1), and each warp keeps its dw / db sums in shared memory instead of
-// registers (dynamic: C/4 float4 of w, then per warp C/4 float4 of dw and of db, 68 B a column). The 8 warps' sums
-// are added in warp order into k_col_partial-style partials. C % 4 == 0, aligned, C <= 128 * K4.
+// The one-pass layernorm backward with 16-byte accesses (C % 4 == 0, aligned, C <= 128 * K4): a warp per row, lane l
+// owning columns 4 (l + 32 k) .. +3. A row's x, dy and (acc) the dx being added to are loaded into registers all
+// together, once, and each warp keeps its dw / db sums in shared memory (dynamic: C/4 float4 of w, then per warp
+// C/4 float4 of dw and of db, 68 B a column) rather than in registers, which left too few registers for every load
+// of a row to be in flight (2.2-2.6 -> 2.5-2.7 TB/s on the H200, bench/ln_probe.cc). The block's 8 warps' sums are
+// added in warp order into k_col_partial-style partials (chunk = block) for col_final.
 template <class D, int K4>
 __global__ void __launch_bounds__(256, K4 <= 8 ? 2 : 1)
     k_ln_bwd_sm(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, float* dx, bool acc,
@@ -1133,8 +1061,6 @@ class CudaBackend : public Backend {
     ZR_CUBLAS(cublasSetStream(h_, cuda::stream()));
     const char* a = std::getenv("ZERORUN_ATTN_ATOMICS");
     attn_atomics_ = !(a && std::strcmp(a, "0") == 0);
-    const char* l = std::getenv("ZERORUN_LN_BWD");
-    ln_bwd_sm_ = l && std::strcmp(l, "sm") == 0;
   }
   const char* name() const override { return "cuda"; }
   void set_matmul_dtype(DType dt) override {
@@ -1634,7 +1560,7 @@ class CudaBackend : public Backend {
     if (!dw || !db || (C > 1024 && !v4)) return false;
     int64_t chunks = 0;
     DevBuf<float> part;
-    if (v4 && ln_bwd_sm_) {
+    if (v4) {
       with_k4(C, [&](auto k4) {
         constexpr int K4 = decltype(k4)::value;
         auto kernel = k_ln_bwd_sm<D, K4>;
@@ -1660,9 +1586,7 @@ class CudaBackend : public Backend {
                                                                         rows_per, part.p, bf);
       ZR_CUDA(cudaGetLastError());
     };
-    if (v4)
-      with_k4(C, [&](auto k4) { go(k_ln_bwd_v4<D, decltype(k4)::value>); });
-    else if (C <= 256)
+    if (C <= 256)
       go(k_ln_bwd_fused<D, 8>);
     else if (C <= 512)
       go(k_ln_bwd_fused<D, 16>);
@@ -1774,8 +1698,6 @@ class CudaBackend : public Backend {
   // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
   // two atomic-free kernels (7 products, dQ the same bits every run).
   bool attn_atomics_ = true;
-  // ZERORUN_LN_BWD=sm: the layernorm backward with its sums in shared memory and every load of a row in flight.
-  bool ln_bwd_sm_ = false;
   std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};
   int* ids_flag_ = nullptr;                // device: 0, or 1 + the index of the first failed deferred check

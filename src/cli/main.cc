@@ -64,6 +64,8 @@ int cmd_estimate(const std::string& model_path, int world, const std::string& pr
   ZR_CHECK(device == "cuda" || device == "cpu", "--device must be cuda or cpu, got '", device, "'");
   ZR_CHECK(world >= 1, "--num_gpus must be >= 1");
   const bool gpu = device == "cuda";
+  double f32_read = 0;  // parameters some op reads in f32 (16-bit GPU runs keep f32 copies of those only)
+  for (const std::string& p : m.graph.params_read_f32()) f32_read += static_cast<double>(m.tensors.at(p).numel());
   auto mib = [](double b) { return b / 1048576; };
   std::printf(
       "%s: %.0f parameters, %s on %s, %d rank(s); model states per rank as zerorun allocates them\n"
@@ -72,11 +74,11 @@ int cmd_estimate(const std::string& model_path, int world, const std::string& pr
   std::printf("%-8s %12s %12s %12s %12s   %s\n", "stage", "params", "grads", "optimizer", "total",
               gpu ? "offload_optimizer (+ offload_param at stage 3)" : "");
   for (int st = 0; st <= 3; ++st) {
-    const zero::StateEstimate e = zero::estimate_model_states(P, st, world, mixed, gpu, false, false);
+    const zero::StateEstimate e = zero::estimate_model_states(P, st, world, mixed, gpu, false, false, f32_read);
     std::printf("ZeRO-%-3d %9.1fMiB %9.1fMiB %9.1fMiB %9.1fMiB", st, mib(e.params), mib(e.grads), mib(e.optimizer),
                 mib(e.params + e.grads + e.optimizer));
     if (gpu && st >= 1) {
-      const zero::StateEstimate o = zero::estimate_model_states(P, st, world, mixed, gpu, true, st == 3);
+      const zero::StateEstimate o = zero::estimate_model_states(P, st, world, mixed, gpu, true, st == 3, f32_read);
       std::printf("   device %.1fMiB + host %.1fMiB", mib(o.device), mib(o.host));
     }
     std::printf("\n");

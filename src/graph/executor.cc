@@ -16,7 +16,7 @@
 namespace zerorun {
 
 Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::map<std::string, Tensor> grads)
-    : g_(g), params_(std::move(params)), grads_(std::move(grads)) {
+    : g_(g), params_(std::move(params)), grads_(std::move(grads)), params_f32_(g.params_read_f32()) {
   for (auto& in : g_.inputs) value_id_.emplace(in.name, value_id_.size());
   for (auto& n : g_.nodes) {
     ops_.push_back(&op_lookup(n.op));
@@ -61,11 +61,7 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
 }
 
 bool Executor::reads_f32(const std::string& name) const {
-  if (!params16_.count(name)) return true;
-  for (size_t i = 0; i < g_.nodes.size(); ++i)
-    for (auto& [role, p] : g_.nodes[i].params)
-      if (p == name && !ops_[i]->reads_param16_only(role)) return true;
-  return false;
+  return !params16_.count(name) || params_f32_.count(name) > 0;
 }
 
 namespace {

@@ -123,6 +123,16 @@ Shape Graph::input_shape(const InputSpec& in, const std::map<std::string, int64_
   return s;
 }
 
+std::set<std::string> Graph::params_read_f32() const {
+  std::set<std::string> r;
+  for (const Node& n : nodes) {
+    const Op& op = op_lookup(n.op);
+    for (auto& [role, p] : n.params)
+      if (!op.reads_param16_only(role)) r.insert(p);
+  }
+  return r;
+}
+
 std::map<std::string, ValueInfo> Graph::validate(const std::map<std::string, Shape>& param_shapes,
                                                  const std::map<std::string, int64_t>& symbols) const {
   ZR_CHECK(!nodes.empty(), "graph has no nodes");

@@ -73,15 +73,17 @@ Plan plan(const std::vector<ParamInput>& in, int world, int64_t align) {
 }
 
 StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, bool gpu, bool offload_optimizer,
-                                    bool offload_param) {
+                                    bool offload_param, double f32_read) {
   ZR_CHECK(stage >= 0 && stage <= 3, "ZeRO stage must be 0..3, got ", stage);
   ZR_CHECK(world >= 1, "world size must be >= 1, got ", world);
   const bool off = gpu && offload_optimizer && stage >= 1;
   const bool off_p = off && stage == 3 && offload_param;
   const double W = world;
   StateEstimate e;
-  // Compute weights: f32 (full at stages 0-2, a shard at 3), plus the 16-bit copy the products read.
-  const double compute = stage < 3 ? 4 * P : 4 * P / W;
+  // Compute weights: f32 (full at stages 0-2, a shard at 3; only what is read in f32 where compact), plus the
+  // 16-bit copy the products read.
+  const bool compact = gpu && mixed && !off && (stage == 0 || (stage < 3 && world == 1));
+  const double compute = compact ? 4 * (f32_read < 0 ? P : f32_read) : stage < 3 ? 4 * P : 4 * P / W;
   const double compute16 = gpu && mixed && stage < 3 ? 2 * P : 0;
   const double grads = stage < 2 ? 4 * P : 4 * P / W;
   const double host_grad = off ? 4 * P / W : 0;
