@@ -513,3 +513,36 @@ int main(int argc, char** argv) {
   }
   return Catch::Session().run(argc, argv);
 }
+
+TEST_CASE("fused 16-bit cross-entropy (forward and backward in one pass) matches the CPU: 16- and 8-byte kernels",
+          "[cuda]") {
+  // V % 8 == 0 takes the 16-byte kernel (1000, 96, and GPT-2's padded 50304), 1004 the 8-byte one.
+  auto& cpu = kernels::cpu_backend();
+  auto& gpu = kernels::backend(kGpu);
+  struct Restore {
+    kernels::Backend& b;
+    ~Restore() { b.set_matmul_dtype(DType::F32); }
+  } restore{gpu};
+  gpu.set_matmul_dtype(DType::BF16);
+  Rng r(8);
+  for (auto [N, V] : {std::pair<int64_t, int64_t>{37, 1000}, {37, 1004}, {5, 96}, {3, 50304}}) {
+    INFO("N " << N << ", V " << V);
+    REQUIRE(gpu.fuses_cross_entropy(V));
+    Tensor logits = rounded(rnd({N, V}, r, 4.0), DType::BF16), tg = ids({N}, V, r);
+    tg.i32()[0] = 0, tg.i32()[N - 1] = static_cast<int32_t>(V - 1);  // the first and last column of a row
+    Tensor lse = Tensor::empty({N}, DType::F32, MemCategory::Buffers),
+           loss = Tensor::empty({}, DType::F32, MemCategory::Buffers);
+    Tensor dl = Tensor::empty({N, V}, DType::F32, MemCategory::Buffers),
+           dloss = Tensor::empty({}, DType::F32, MemCategory::Buffers);
+    dloss.f32()[0] = 0.5f;
+    cpu.cross_entropy_fwd(logits.f32(), tg.i32(), lse.f32(), N, V, loss.f32());
+    cpu.cross_entropy_bwd(logits.f32(), tg.i32(), lse.f32(), dloss.f32(), kernels::Grad(dl.f32(), false), N, V);
+    Tensor l16 = to16(logits, DType::BF16).to(kGpu), tgg = tg.to(kGpu), dlg = dloss.to(kGpu);
+    Tensor lossg = Tensor::empty({}, DType::F32, MemCategory::Buffers, kGpu);
+    gpu.cross_entropy_fused16(static_cast<uint16_t*>(l16.raw()), tgg.i32(), N, V, dlg.f32(), lossg.f32());
+    REQUIRE(gpu.get_scalar(lossg.f32()) == Approx(loss.f32()[0]).epsilon(1e-5));
+    Tensor back = l16.to(Device::cpu()), d = Tensor::empty({N, V}, DType::F32, MemCategory::Buffers);
+    for (int64_t i = 0; i < N * V; ++i) d.f32()[i] = bf16_to_f32(static_cast<const uint16_t*>(back.raw())[i]);
+    close(dl, d, 1e-2, "d(logits) in place, bf16");  // of the largest entry: one bf16 rounding
+  }
+}
