@@ -552,10 +552,35 @@ void col_final(const float* part, int64_t chunks, int64_t C, float* o0, float* o
                                                                                                  o1, acc);
   ZR_CUDA(cudaGetLastError());
 }
+// The end of a one-kernel column sum over a grid of (column blocks, row chunks): called by every thread of a block
+// after its partials part[blockIdx.y * C + c] are written; the last block of each column block to finish (`done`:
+// one zeroed counter per column block, re-zeroed by that block) adds every chunk's partial in chunk order into
+// out[c] (acc: added to), for the columns its threads `own` — the same sums whichever block comes last.
+__device__ inline void finish_columns(const float* part, unsigned* done, float* out, bool acc, int64_t C, int64_t c,
+                                      bool own) {
+  __shared__ bool last;
+  __threadfence();  // this block's partials are visible before it counts itself done
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    last = atomicAdd(done + blockIdx.x, 1u) == gridDim.y - 1;
+    if (last) done[blockIdx.x] = 0;  // for the next launch (kernels on the stream run one after another)
+  }
+  __syncthreads();
+  if (!last || !own) return;
+  __threadfence();
+  // Four independent sums (chunk k into sum k % 4) keep four L2 reads in flight; the order is fixed.
+  float v[4] = {0.f, 0.f, 0.f, 0.f};
+  const int64_t nk = gridDim.y;
+  int64_t k = 0;
+  for (; k + 4 <= nk; k += 4)
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] += __ldcg(part + (k + u) * C + c);  // L2: other blocks wrote them
+  for (; k < nk; ++k) v[k % 4] += __ldcg(part + k * C + c);
+  out[c] = (acc ? out[c] : 0.f) + ((v[0] + v[1]) + (v[2] + v[3]));
+}
 // out[c] (+)= the column sums of a 16-bit N x C matrix (C % 8 == 0, 16-byte aligned rows) in one kernel: eight
 // columns per thread from one 16-byte load, a block covering 256 columns x a chunk of rows writes its partial
-// (part: chunks x C); the last block of each column block to finish (`done`: one zeroed counter per column
-// block, re-zeroed by that block) adds every chunk's partial in chunk order: the same sums whichever comes last.
+// (part: chunks x C), finish_columns adds them.
 __global__ void k_col16_sum(const uint16_t* dy, bool bf, int64_t N, int64_t C, int64_t rows_per, float* part,
                             unsigned* done, float* out, bool acc) {
   const int64_t c0 = blockIdx.x * 256 + threadIdx.x * 8;
@@ -582,25 +607,7 @@ __global__ void k_col16_sum(const uint16_t* dy, bool bf, int64_t N, int64_t C, i
     for (int k = 0; k < kColRows; ++k) v += sh[k][t];
     part[blockIdx.y * C + c] = v;
   }
-  __shared__ bool last;
-  __threadfence();  // this block's partials are visible before it counts itself done
-  __syncthreads();
-  if (t == 0) {
-    last = atomicAdd(done + blockIdx.x, 1u) == gridDim.y - 1;
-    if (last) done[blockIdx.x] = 0;  // for the next launch (kernels on the stream run one after another)
-  }
-  __syncthreads();
-  if (!last || c >= C) return;
-  __threadfence();
-  // Four independent sums (chunk k into sum k % 4) keep four L2 reads in flight; the order is fixed.
-  float v[4] = {0.f, 0.f, 0.f, 0.f};
-  const int64_t nk = gridDim.y;
-  int64_t k = 0;
-  for (; k + 4 <= nk; k += 4)
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] += __ldcg(part + (k + u) * C + c);  // L2: other blocks wrote them
-  for (; k < nk; ++k) v[k % 4] += __ldcg(part + k * C + c);
-  out[c] = (acc ? out[c] : 0.f) + ((v[0] + v[1]) + (v[2] + v[3]));
+  finish_columns(part, done, out, acc, C, c, c < C);
 }
 // The linear backward's dy rounded to 16 bits (d) in the same pass that sums its
 // columns for the bias gradient (partials as k_col_partial's, .y unused).
@@ -625,9 +632,10 @@ __global__ void k_to16_colsum(bool bf, const float* dy, uint16_t* d, int64_t N, 
     part[(2 * blockIdx.y + 1) * C + c] = 0.f;
   }
 }
-// k_to16_colsum with four columns a thread (C % 4 == 0, 16-byte aligned rows): a block covers 128 columns.
+// k_to16_colsum with four columns a thread (C % 4 == 0, 16-byte aligned rows): a block covers 128 columns, and the
+// column sums are finished in the same kernel (finish_columns; part: chunks x C) instead of by col_final.
 __global__ void k_to16_colsum4(bool bf, const float* dy, uint16_t* d, int64_t N, int64_t C, int64_t rows_per,
-                               float* part) {
+                               float* part, unsigned* done, float* out, bool acc) {
   const int64_t c0 = blockIdx.x * 128 + threadIdx.x * 4;
   const int64_t r0 = blockIdx.y * rows_per, r1 = min(N, r0 + rows_per);
   float a[4] = {0.f, 0.f, 0.f, 0.f};
@@ -646,9 +654,9 @@ __global__ void k_to16_colsum4(bool bf, const float* dy, uint16_t* d, int64_t N,
   if (t < 128 && c < C) {
     float v = 0.f;
     for (int k = 0; k < kColRows; ++k) v += sh[k][t];
-    part[(2 * blockIdx.y) * C + c] = v;
-    part[(2 * blockIdx.y + 1) * C + c] = 0.f;
+    part[blockIdx.y * C + c] = v;
   }
+  finish_columns(part, done, out, acc, C, c, t < 128 && c < C);
 }
 __global__ void k_rms_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
@@ -1610,15 +1618,18 @@ class CudaBackend : public Backend {
   void round16_colsum(const float* dy, uint16_t* d, int64_t N, int64_t C, float* db, bool acc) {
     profile::Scope ps(".. to16 + bias grad");
     const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per;
-    DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
-    if (C % 4 == 0 && aligned16(dy) && reinterpret_cast<uintptr_t>(d) % 8 == 0) {
-      dim3 grid(static_cast<unsigned>((C + 127) / 128), static_cast<unsigned>(chunks));
-      k_to16_colsum4<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(mm_ == DType::BF16, dy, d, N, C, rows_per,
-                                                                      part.p);
-    } else {
-      dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
-      k_to16_colsum<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
+    if (C % 4 == 0 && aligned16(dy) && reinterpret_cast<uintptr_t>(d) % 8 == 0) {  // one kernel, its own final sum
+      const int64_t cblocks = (C + 127) / 128;
+      DevBuf<float> part(static_cast<size_t>(chunks * C), false);
+      dim3 grid(static_cast<unsigned>(cblocks), static_cast<unsigned>(chunks));
+      k_to16_colsum4<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p,
+                                                                      done_counters(cblocks), db, acc);
+      ZR_CUDA(cudaGetLastError());
+      return;
     }
+    DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
+    dim3 grid(static_cast<unsigned>((C + 31) / 32), static_cast<unsigned>(chunks));
+    k_to16_colsum<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(mm_ == DType::BF16, dy, d, N, C, rows_per, part.p);
     ZR_CUDA(cudaGetLastError());
     col_final(part.p, chunks, C, db, nullptr, acc);
   }
@@ -1674,12 +1685,17 @@ class CudaBackend : public Backend {
     if (C % 8 != 0 || reinterpret_cast<uintptr_t>(dy) % 16 != 0 || N <= 0)
       return column_sums(ColOf16{dy, bf}, N, C, db, nullptr, acc);
     const int64_t rows_per = col_rows_per(N), chunks = (N + rows_per - 1) / rows_per, cblocks = (C + 255) / 256;
-    if (done_.bytes < static_cast<size_t>(cblocks) * sizeof(unsigned))
-      done_ = DevBuf<unsigned>(static_cast<size_t>(std::max<int64_t>(cblocks, 1024)));  // zeroed
     DevBuf<float> part(static_cast<size_t>(chunks * C), false);
     dim3 grid(static_cast<unsigned>(cblocks), static_cast<unsigned>(chunks));
-    k_col16_sum<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(dy, bf, N, C, rows_per, part.p, done_.p, db, acc);
+    k_col16_sum<<<grid, dim3(32, kColRows), 0, cuda::stream()>>>(dy, bf, N, C, rows_per, part.p, done_counters(cblocks),
+                                                                 db, acc);
     ZR_CUDA(cudaGetLastError());
+  }
+  // At least n zeroed completion counters for the one-kernel column sums (each kernel re-zeroes those it used).
+  unsigned* done_counters(int64_t n) {
+    if (done_.bytes < static_cast<size_t>(n) * sizeof(unsigned))
+      done_ = DevBuf<unsigned>(static_cast<size_t>(std::max<int64_t>(n, 1024)));  // zeroed
+    return done_.p;
   }
   // An f32 copy of a 16-bit input (empty when it is f32 already).
   DevBuf<float> widened(Src x, int64_t n) {
