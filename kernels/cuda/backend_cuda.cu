@@ -789,22 +789,6 @@ __device__ inline void warp_online_merge(float& m, float& s) {
   for (int o = 16; o > 0; o >>= 1)
     online_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
-// The threads' running (max, sum) merged across the block into log(sum) + max, returned to every thread.
-__device__ inline float block_lse_merge(float m, float s) {
-  warp_online_merge(m, s);
-  __shared__ float sm[32], ss[32], zs;
-  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-  if (lane == 0) sm[w] = m, ss[w] = s;
-  __syncthreads();
-  if (w == 0) {
-    m = lane < blockDim.x / 32 ? sm[lane] : -INFINITY;
-    s = lane < blockDim.x / 32 ? ss[lane] : 0.f;
-    warp_online_merge(m, s);
-    if (lane == 0) zs = logf(s) + m;
-  }
-  __syncthreads();
-  return zs;
-}
 // The log-sum-exp of a row of V logits, one pass (running max and sum per thread, merged across the block),
 // returned to every thread of the block.
 template <class L>
@@ -824,7 +808,19 @@ __device__ inline float block_row_lse(const L* l, int64_t V, bool bf) {
   } else {
     for (int64_t v = threadIdx.x; v < V; v += blockDim.x) online_add(m, s, ld1(l, v, bf));
   }
-  return block_lse_merge(m, s);
+  warp_online_merge(m, s);
+  __shared__ float sm[32], ss[32], zs;
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  if (lane == 0) sm[w] = m, ss[w] = s;
+  __syncthreads();
+  if (w == 0) {
+    m = lane < blockDim.x / 32 ? sm[lane] : -INFINITY;
+    s = lane < blockDim.x / 32 ? ss[lane] : 0.f;
+    warp_online_merge(m, s);
+    if (lane == 0) zs = logf(s) + m;
+  }
+  __syncthreads();
+  return zs;
 }
 template <class L>  // logits in f32 or 16 bits
 __global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_loss, float* lse, int64_t V, bool bf) {
@@ -858,69 +854,6 @@ __global__ void __launch_bounds__(1024) k_ce_fused(uint16_t* logits, const int32
     d.z = scale * (exp2f(x.z * L2E - zl) - (b + 2 == t ? 1.f : 0.f));
     d.w = scale * (exp2f(x.w * L2E - zl) - (b + 3 == t ? 1.f : 0.f));
     stv4(l, v, d, false, bf);
-  }
-}
-// k_ce_fused with 16-byte accesses (V % 8 == 0, 16-byte aligned logits): eight logits a load and two loads in flight
-// a thread in the log-sum-exp pass (the 8-byte kernel kept too few bytes in flight: 2.4 TB/s).
-__device__ inline void unpack8(uint4 u, bool bf, float (&x)[8]) {
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[2 * i] = from16(bf, static_cast<uint16_t>(w[i] & 0xffffu));
-    x[2 * i + 1] = from16(bf, static_cast<uint16_t>(w[i] >> 16));
-  }
-}
-__global__ void __launch_bounds__(1024) k_ce_fused8(uint16_t* logits, const int32_t* targets, float* row_loss,
-                                                    const float* dloss, int64_t N, int64_t V, bool bf) {
-  uint16_t* l = logits + blockIdx.x * V;
-  uint4* l8 = reinterpret_cast<uint4*>(l);
-  const int64_t n8 = V / 8, step = blockDim.x;
-  constexpr float L2E = 1.4426950408889634f;
-  float m = -INFINITY, s = 0.f;
-  auto add8 = [&](const float(&x)[8]) {  // one rescale per eight
-    float mx = x[0];
-#pragma unroll
-    for (int i = 1; i < 8; ++i) mx = fmaxf(mx, x[i]);
-    if (mx > m) {
-      s *= exp2f((m - mx) * L2E);  // m = -inf on the first: s is 0 then
-      m = mx;
-    }
-    float t = 0.f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) t += exp2f((x[i] - m) * L2E);
-    s += t;
-  };
-  int64_t v = threadIdx.x;
-  for (; v + step < n8; v += 2 * step) {
-    const uint4 a = l8[v], b = l8[v + step];
-    float xa[8], xb[8];
-    unpack8(a, bf, xa);
-    unpack8(b, bf, xb);
-    add8(xa);
-    add8(xb);
-  }
-  if (v < n8) {
-    float xa[8];
-    unpack8(l8[v], bf, xa);
-    add8(xa);
-  }
-  const float z = block_lse_merge(m, s);
-  const int32_t t = targets[blockIdx.x];  // outside [0, V): reported by the deferred id check
-  if (threadIdx.x == 0) row_loss[blockIdx.x] = t >= 0 && t < V ? z - ld1(l, t, bf) : 0.f;
-  __syncthreads();  // the target's logit is read before the row is overwritten
-  const float zl = z * L2E, scale = *dloss / static_cast<float>(N);
-  for (v = threadIdx.x; v < n8; v += step) {
-    float x[8];
-    unpack8(l8[v], bf, x);
-    const int64_t b = 8 * v;
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float lo = scale * (exp2f(x[2 * i] * L2E - zl) - (b + 2 * i == t ? 1.f : 0.f));
-      const float hi = scale * (exp2f(x[2 * i + 1] * L2E - zl) - (b + 2 * i + 1 == t ? 1.f : 0.f));
-      w[i] = static_cast<uint32_t>(to16_bits(bf, lo)) | (static_cast<uint32_t>(to16_bits(bf, hi)) << 16);
-    }
-    l8[v] = make_uint4(w[0], w[1], w[2], w[3]);
   }
 }
 // dlogits (+)= dloss * (softmax - onehot) / N: D = float (accumulated when acc) or uint16_t (16-bit, written).
@@ -1480,12 +1413,8 @@ class CudaBackend : public Backend {
              "fused cross-entropy needs 16-bit logits, 8-byte aligned, V % 4 == 0");
     if (!N) return set_scalar(loss, 0.f);
     DevBuf<float> rows(static_cast<size_t>(N), false);
-    if (V % 8 == 0 && aligned16(logits))
-      k_ce_fused8<<<static_cast<unsigned>(N), 1024, 0, cuda::stream()>>>(logits, targets, rows.p, dloss, N, V,
-                                                                         mm_ == DType::BF16);
-    else
-      k_ce_fused<<<static_cast<unsigned>(N), 1024, 0, cuda::stream()>>>(logits, targets, rows.p, dloss, N, V,
-                                                                        mm_ == DType::BF16);
+    k_ce_fused<<<static_cast<unsigned>(N), 1024, 0, cuda::stream()>>>(logits, targets, rows.p, dloss, N, V,
+                                                                      mm_ == DType::BF16);
     ZR_CUDA(cudaGetLastError());
     k_mean<<<1, 1024, 0, cuda::stream()>>>(rows.p, N, loss);
     ZR_CUDA(cudaGetLastError());
