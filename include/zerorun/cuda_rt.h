@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace zerorun::cuda {
 
@@ -41,6 +42,41 @@ class Graph {
  private:
   void* graph_ = nullptr;  // cudaGraph_t
   void* exec_ = nullptr;   // cudaGraphExec_t
+};
+
+// Whether the main stream was made above the default priority, for a SideStream to run below it: set by
+// ZERORUN_OPT_OVERLAP=1 when the main stream is first used (left at the default otherwise, so that NCCL's
+// streams are not starved by the main one's kernels).
+bool main_stream_prioritised();
+
+// A second stream, below the main one in priority, for work that may run alongside it (the optimizer's update of
+// a parameter group while the next forward already runs the blocks before it), and events ordering the two.
+// Kernels queued while a Scope is alive go to the side stream.
+class SideStream {
+ public:
+  explicit SideStream(int events);
+  ~SideStream();  // waits for the side stream's work first
+  SideStream(const SideStream&) = delete;
+  SideStream& operator=(const SideStream&) = delete;
+  void after_main();             // the side stream's next work waits for all the main stream's work queued so far
+  void record(int k);            // event k marks the side stream's work queued so far
+  void main_waits(int k) const;  // the main stream's next work waits for event k (a node when it is captured)
+  void synchronize();
+  class Scope {
+   public:
+    explicit Scope(SideStream& s);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    void* prev_;
+  };
+
+ private:
+  void* stream_ = nullptr;     // cudaStream_t
+  void* main_done_ = nullptr;  // cudaEvent_t for after_main
+  std::vector<void*> events_;  // cudaEvent_t
 };
 
 }  // namespace zerorun::cuda

@@ -92,7 +92,10 @@ class Engine {
   };
   void build_layout();
   void refresh_compute_params();
-  void make_compact();  // compute_ to its compact form (see compact_), the exec's param views moved with it
+  void make_compact();
+  void update_on_side(const float* g, double lr, double beta1);  // overlap_: the update, group by group, on side_
+  void settle();  // the main stream waits for any update still on the side stream (before reading or writing state)  //
+                  // compute_ to its compact form (see compact_), the exec's param views moved with it
   // stage 3 parameter life cycle
   void start_gather(int g);
   void ensure_live(int g);
@@ -149,6 +152,9 @@ class Engine {
   int64_t steps_run_ = 0, graph_captures_ = 0;
   MicroGraph graphs_[2];
   std::map<std::string, Tensor> graph_inputs_;
+  // The update on a side stream (see the constructor); declared last, so destroyed (its stream waited for) first.
+  bool overlap_ = false;
+  std::unique_ptr<cuda::SideStream> side_;
 };
 
 }  // namespace zerorun

@@ -23,6 +23,7 @@
 namespace zerorun::cuda {
 // The stream every kernel, copy, memset and library call is queued on (not the legacy default stream, which
 // cannot be captured into a CUDA graph). Blocking: work still queued on the legacy stream orders against it.
+// While a SideStream::Scope is alive (on this thread): that side stream.
 cudaStream_t stream();
 // Device to host on the stream, waiting for it (and everything queued before it).
 void fetch(void* host, const void* dev, size_t bytes);

@@ -1,6 +1,7 @@
 // CUDA runtime slice for the core: the one stream, a caching device allocator
 // (blocks are kept per rounded size and reused, like PyTorch's) with a
 // private pool for CUDA graphs, copies, device selection and graph capture.
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -45,14 +46,76 @@ int device_count() {
 
 void set_device(int i) { ZR_CUDA(cudaSetDevice(i)); }
 
-cudaStream_t stream() {
+namespace {
+thread_local cudaStream_t t_side = nullptr;  // SideStream::Scope's redirect
+bool overlap_env() {
+  const char* o = std::getenv("ZERORUN_OPT_OVERLAP");
+  return o && std::strcmp(o, "1") == 0;
+}
+cudaStream_t main_stream() {
   static cudaStream_t s = [] {
     cudaStream_t t = nullptr;
-    ZR_CUDA(cudaStreamCreate(&t));  // blocking, on the device current at first use (set_device comes first)
+    int least = 0, greatest = 0;
+    ZR_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    // Blocking, on the device current at first use (set_device comes first).
+    ZR_CUDA(cudaStreamCreateWithPriority(&t, cudaStreamDefault, overlap_env() ? greatest : 0));
     return t;
   }();
   return s;
 }
+}  // namespace
+
+cudaStream_t stream() { return t_side ? t_side : main_stream(); }
+
+bool main_stream_prioritised() {
+  main_stream();
+  return overlap_env();
+}
+
+SideStream::SideStream(int events) {
+  int least = 0, greatest = 0;
+  ZR_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  cudaStream_t s = nullptr;
+  ZR_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least));
+  stream_ = s;
+  cudaEvent_t e = nullptr;
+  ZR_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  main_done_ = e;
+  for (int k = 0; k < events; ++k) {
+    ZR_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+  }
+}
+
+SideStream::~SideStream() {
+  if (stream_) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+  if (main_done_) cudaEventDestroy(static_cast<cudaEvent_t>(main_done_));
+  if (stream_) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
+}
+
+void SideStream::after_main() {
+  ZR_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(main_done_), main_stream()));
+  ZR_CUDA(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream_), static_cast<cudaEvent_t>(main_done_), 0));
+}
+
+void SideStream::record(int k) {
+  ZR_CUDA(cudaEventRecord(static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(k))),
+                          static_cast<cudaStream_t>(stream_)));
+}
+
+void SideStream::main_waits(int k) const {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  ZR_CUDA(cudaStreamIsCapturing(main_stream(), &st));
+  // In a capture the wait becomes an external-event node: each replay waits for the event's latest record.
+  ZR_CUDA(cudaStreamWaitEvent(main_stream(), static_cast<cudaEvent_t>(events_.at(static_cast<size_t>(k))),
+                              st == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : cudaEventWaitDefault));
+}
+
+void SideStream::synchronize() { ZR_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_))); }
+
+SideStream::Scope::Scope(SideStream& s) : prev_(t_side) { t_side = static_cast<cudaStream_t>(s.stream_); }
+SideStream::Scope::~Scope() { t_side = static_cast<cudaStream_t>(prev_); }
 
 void fetch(void* host, const void* dev, size_t bytes) {
   ZR_CUDA(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, stream()));

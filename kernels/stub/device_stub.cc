@@ -30,6 +30,15 @@ void Graph::end_capture() { not_built(); }
 void Graph::abort_capture() {}
 void Graph::launch() { not_built(); }
 void Graph::reset() {}
+bool main_stream_prioritised() { return false; }
+SideStream::SideStream(int) { not_built(); }
+SideStream::~SideStream() = default;
+void SideStream::after_main() { not_built(); }
+void SideStream::record(int) { not_built(); }
+void SideStream::main_waits(int) const { not_built(); }
+void SideStream::synchronize() {}
+SideStream::Scope::Scope(SideStream&) : prev_(nullptr) { not_built(); }
+SideStream::Scope::~Scope() = default;
 }  // namespace zerorun::cuda
 
 #include "kernels/backend.h"

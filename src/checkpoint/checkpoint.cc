@@ -115,6 +115,7 @@ float* Engine::state_at(int k, int p, int64_t elem) {
 }
 
 std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state) {
+  settle();
   const int r = comm_.rank(), W = comm_.size();
   const std::string tag = "global_step" + std::to_string(global_step_);
   const std::string dir = save_dir + "/" + tag;
@@ -203,6 +204,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
 }
 
 nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag) {
+  settle();
   const std::string dir = ckpt::resolve_dir(save_dir, tag);
   nlohmann::json m = ckpt::read_manifest(dir, false);
   const std::string mp = dir + "/manifest.json";

@@ -133,6 +133,15 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   // per-bucket collectives or gathers inside the backward), not under the synchronised profiler.
   const char* g = std::getenv("ZERORUN_CUDA_GRAPHS");
   use_graphs_ = dev_.is_cuda() && stage_ < 2 && !profile::enabled() && !(g && std::strcmp(g, "0") == 0);
+  // ZERORUN_OPT_OVERLAP=1 (one GPU, stages 0-1, compact, graphs): the update runs group by group on a side stream
+  // below the main one in priority; the next forward's block waits only for its own groups, the backward for all.
+  overlap_ = use_graphs_ && compact_ && comm_.size() == 1 && cuda::main_stream_prioritised();
+  if (overlap_) {
+    side_ = std::make_unique<cuda::SideStream>(static_cast<int>(plan_.groups.size()) + 1);
+    exec_->hooks.before_block_forward = [this](size_t b) {
+      for (int grp : block_groups_[b]) side_->main_waits(grp);
+    };
+  }
 }
 
 Engine::~Engine() {
@@ -314,6 +323,7 @@ Tensor Engine::forward_backward(const std::map<std::string, Tensor>& inputs, boo
   exec_->set_next_loss_grad(loss_grad);
   if (fresh) exec_->mark_grads_fresh();
   Tensor loss = exec_->forward_async(inputs);
+  if (overlap_) side_->main_waits(static_cast<int>(plan_.groups.size()));  // the update read these gradients
   exec_->backward(loss_grad);
   return loss;
 }
@@ -388,6 +398,25 @@ void Engine::make_compact() {
   f32_slots_ = h.to(dev_, MemCategory::Params);
   compute_ = c;  // the full f32 copy goes
   compact_ = true;
+}
+
+void Engine::update_on_side(const float* g, double lr, double beta1) {
+  const int n = static_cast<int>(plan_.groups.size());
+  side_->after_main();  // the (clipped) gradients
+  cuda::SideStream::Scope on(*side_);
+  opt_->begin_step();
+  for (int gi = 0; gi < n; ++gi) {  // one rank: a group's owned range is all of it, at the same place in the grads
+    const zero::Range own = plan_.owned(gi, 0);
+    const int64_t state = stage_ == 0 ? own.begin : shard_off_[static_cast<size_t>(gi)];
+    float* p = stage_ == 0 ? master_.f32() + own.begin : owned_master(gi);
+    opt_->update(p, g + own.begin, state, own.size(), lr, beta1, rounded_out(own.begin));
+    side_->record(gi);
+  }
+  side_->record(n);
+}
+
+void Engine::settle() {
+  if (side_) side_->main_waits(static_cast<int>(plan_.groups.size()));
 }
 
 float* Engine::owned_master(int g) {
@@ -557,7 +586,9 @@ StepStats Engine::train_step(DataSource& data) {
         lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
     {
       profile::Scope ps("optimizer");
-      if (stage_ == 0) {
+      if (overlap_) {
+        update_on_side(g, lm.lr, beta1);
+      } else if (stage_ == 0) {
         opt_->step(mixed_ ? master_.f32() : compute_.f32(), g, lm.lr, beta1, rounded_out(0));
       } else {
         opt_->begin_step();
@@ -587,6 +618,7 @@ StepStats Engine::train_step(DataSource& data) {
 }
 
 std::map<std::string, Tensor> Engine::master_weights() {
+  settle();
   std::map<std::string, Tensor> r;
   auto slice = [&](const float* group_base, const zero::Group& grp) {
     for (int p : grp.params) {
