@@ -44,11 +44,6 @@ class Graph {
   void* exec_ = nullptr;   // cudaGraphExec_t
 };
 
-// Whether the main stream was made above the default priority, for a SideStream to run below it: set by
-// ZERORUN_OPT_OVERLAP=1 when the main stream is first used (left at the default otherwise, so that NCCL's
-// streams are not starved by the main one's kernels).
-bool main_stream_prioritised();
-
 // A second stream, below the main one in priority, for work that may run alongside it (the optimizer's update of
 // a parameter group while the next forward already runs the blocks before it), and events ordering the two.
 // Kernels queued while a Scope is alive go to the side stream.

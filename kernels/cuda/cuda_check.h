@@ -23,8 +23,10 @@
 namespace zerorun::cuda {
 // The stream every kernel, copy, memset and library call is queued on (not the legacy default stream, which
 // cannot be captured into a CUDA graph). Blocking: work still queued on the legacy stream orders against it.
-// While a SideStream::Scope is alive (on this thread): that side stream.
+// While a SideStream::Scope is alive (on this thread): that side stream. The main stream (and NCCL's) runs at the
+// top priority, a SideStream at the bottom, so side work fills what the main stream leaves idle.
 cudaStream_t stream();
+int stream_priority(bool top);  // the device's top or bottom stream priority
 // Device to host on the stream, waiting for it (and everything queued before it).
 void fetch(void* host, const void* dev, size_t bytes);
 }  // namespace zerorun::cuda

@@ -122,7 +122,8 @@ class NcclComm : public Communicator {
     ncclUniqueId id{};
     if (host_->rank() == 0) nccl_check(nccl().GetUniqueId(&id), "GetUniqueId");
     host_->broadcast(&id, sizeof id / 2, DType::U16, 0);  // 128 bytes as 64 u16 words
-    ZR_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // As high as the compute stream: a collective is not held back behind compute kernels' blocks.
+    ZR_CUDA(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, cuda::stream_priority(true)));
     ZR_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     nccl_check(nccl().CommInitRank(&comm_, host_->size(), id, host_->rank()), "CommInitRank");
     double timeout = 1800;

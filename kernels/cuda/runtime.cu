@@ -1,7 +1,6 @@
 // CUDA runtime slice for the core: the one stream, a caching device allocator
 // (blocks are kept per rounded size and reused, like PyTorch's) with a
 // private pool for CUDA graphs, copies, device selection and graph capture.
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -48,35 +47,28 @@ void set_device(int i) { ZR_CUDA(cudaSetDevice(i)); }
 
 namespace {
 thread_local cudaStream_t t_side = nullptr;  // SideStream::Scope's redirect
-bool overlap_env() {
-  const char* o = std::getenv("ZERORUN_OPT_OVERLAP");
-  return o && std::strcmp(o, "1") == 0;
-}
 cudaStream_t main_stream() {
   static cudaStream_t s = [] {
     cudaStream_t t = nullptr;
-    int least = 0, greatest = 0;
-    ZR_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     // Blocking, on the device current at first use (set_device comes first).
-    ZR_CUDA(cudaStreamCreateWithPriority(&t, cudaStreamDefault, overlap_env() ? greatest : 0));
+    ZR_CUDA(cudaStreamCreateWithPriority(&t, cudaStreamDefault, stream_priority(true)));
     return t;
   }();
   return s;
 }
 }  // namespace
 
-cudaStream_t stream() { return t_side ? t_side : main_stream(); }
-
-bool main_stream_prioritised() {
-  main_stream();
-  return overlap_env();
-}
-
-SideStream::SideStream(int events) {
+int stream_priority(bool top) {
   int least = 0, greatest = 0;
   ZR_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return top ? greatest : least;
+}
+
+cudaStream_t stream() { return t_side ? t_side : main_stream(); }
+
+SideStream::SideStream(int events) {
   cudaStream_t s = nullptr;
-  ZR_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, least));
+  ZR_CUDA(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, stream_priority(false)));
   stream_ = s;
   cudaEvent_t e = nullptr;
   ZR_CUDA(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));

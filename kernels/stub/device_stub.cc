@@ -30,7 +30,6 @@ void Graph::end_capture() { not_built(); }
 void Graph::abort_capture() {}
 void Graph::launch() { not_built(); }
 void Graph::reset() {}
-bool main_stream_prioritised() { return false; }
 SideStream::SideStream(int) { not_built(); }
 SideStream::~SideStream() = default;
 void SideStream::after_main() { not_built(); }

@@ -133,9 +133,11 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   // per-bucket collectives or gathers inside the backward), not under the synchronised profiler.
   const char* g = std::getenv("ZERORUN_CUDA_GRAPHS");
   use_graphs_ = dev_.is_cuda() && stage_ < 2 && !profile::enabled() && !(g && std::strcmp(g, "0") == 0);
-  // ZERORUN_OPT_OVERLAP=1 (one GPU, stages 0-1, compact, graphs): the update runs group by group on a side stream
-  // below the main one in priority; the next forward's block waits only for its own groups, the backward for all.
-  overlap_ = use_graphs_ && compact_ && comm_.size() == 1 && cuda::main_stream_prioritised();
+  // One GPU, stages 0-1 with graphs and the compact copy: the update runs group by group on a side stream below
+  // the main one in priority, so that the next forward's block waits only for its own groups (the backward for
+  // all); ZERORUN_OPT_OVERLAP=0 keeps it on the main stream.
+  const char* ov = std::getenv("ZERORUN_OPT_OVERLAP");
+  overlap_ = use_graphs_ && compact_ && comm_.size() == 1 && !(ov && std::strcmp(ov, "0") == 0);
   if (overlap_) {
     side_ = std::make_unique<cuda::SideStream>(static_cast<int>(plan_.groups.size()) + 1);
     exec_->hooks.before_block_forward = [this](size_t b) {
