@@ -56,7 +56,6 @@ class SideStream {
   void after_main();             // the side stream's next work waits for all the main stream's work queued so far
   void record(int k);            // event k marks the side stream's work queued so far
   void main_waits(int k) const;  // the main stream's next work waits for event k (a node when it is captured)
-  void synchronize();
   class Scope {
    public:
     explicit Scope(SideStream& s);

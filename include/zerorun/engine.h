@@ -92,10 +92,9 @@ class Engine {
   };
   void build_layout();
   void refresh_compute_params();
-  void make_compact();
-  void update_on_side(const float* g, double lr, double beta1);  // overlap_: the update, group by group, on side_
-  void settle();  // the main stream waits for any update still on the side stream (before reading or writing state)  //
-                  // compute_ to its compact form (see compact_), the exec's param views moved with it
+  void make_compact();  // compute_ to its compact form (see compact_), the exec's param views moved with it
+  // The main stream waits for any update still on the side stream (before state is read or written).
+  void settle();
   // stage 3 parameter life cycle
   void start_gather(int g);
   void ensure_live(int g);

@@ -1571,33 +1571,24 @@ class CudaBackend : public Backend {
     if (!dw || !db || (C > 1024 && !v4)) return false;
     int64_t chunks = 0;
     DevBuf<float> part;
-    if (v4) {
-      with_k4(C, [&](auto k4) {
-        constexpr int K4 = decltype(k4)::value;
-        auto kernel = k_ln_bwd_sm<D, K4>;
-        // Allowed (and the wave sized) for the widest row this instantiation takes: one setting for every C.
-        const size_t smem = static_cast<size_t>(17 * C) * sizeof(float), most = 17 * 128 * K4 * sizeof(float);
-        const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel, most)), 8);
-        chunks = ceil_div(N, rows_per);
-        part = DevBuf<float>(static_cast<size_t>(2 * chunks * C), false);
-        kernel<<<static_cast<unsigned>(chunks), 256, smem, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C,
-                                                                             rows_per, part.p, bf);
-        ZR_CUDA(cudaGetLastError());
-      });
-      col_final(part.p, chunks, C, dw, db, true);
-      return true;
-    }
-    auto go = [&](auto kernel) {
+    // smem: the launch's dynamic shared memory; most: the largest any launch of `kernel` takes (allowed, and the
+    // wave sized, for that: one setting for every C).
+    auto go = [&](auto kernel, size_t smem = 0, size_t most = 0) {
       // One wave of blocks: rows a block = N over the blocks the GPU holds at once, a multiple of the 8 warps
       // (16 rows a block left 1.3 waves at GPT-2 124M's 8192 rows and a half-empty wave at 1.5B's 2048).
-      const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel)), 8);
+      const int64_t rows_per = round_up(ceil_div(N, wave_blocks(kernel, most)), 8);
       chunks = ceil_div(N, rows_per);
       part = DevBuf<float>(static_cast<size_t>(2 * chunks * C), false);
-      kernel<<<static_cast<unsigned>(chunks), 256, 0, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C,
-                                                                        rows_per, part.p, bf);
+      kernel<<<static_cast<unsigned>(chunks), 256, smem, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C,
+                                                                           rows_per, part.p, bf);
       ZR_CUDA(cudaGetLastError());
     };
-    if (C <= 256)
+    if (v4)
+      with_k4(C, [&](auto k4) {
+        constexpr int K4 = decltype(k4)::value;
+        go(k_ln_bwd_sm<D, K4>, static_cast<size_t>(17 * C) * sizeof(float), 17 * 128 * K4 * sizeof(float));
+      });
+    else if (C <= 256)
       go(k_ln_bwd_fused<D, 8>);
     else if (C <= 512)
       go(k_ln_bwd_fused<D, 16>);

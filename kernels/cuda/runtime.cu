@@ -104,8 +104,6 @@ void SideStream::main_waits(int k) const {
                               st == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : cudaEventWaitDefault));
 }
 
-void SideStream::synchronize() { ZR_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_))); }
-
 SideStream::Scope::Scope(SideStream& s) : prev_(t_side) { t_side = static_cast<cudaStream_t>(s.stream_); }
 SideStream::Scope::~Scope() { t_side = static_cast<cudaStream_t>(prev_); }
 

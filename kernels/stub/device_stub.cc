@@ -35,7 +35,6 @@ SideStream::~SideStream() = default;
 void SideStream::after_main() { not_built(); }
 void SideStream::record(int) { not_built(); }
 void SideStream::main_waits(int) const { not_built(); }
-void SideStream::synchronize() {}
 SideStream::Scope::Scope(SideStream&) : prev_(nullptr) { not_built(); }
 SideStream::Scope::~Scope() = default;
 }  // namespace zerorun::cuda

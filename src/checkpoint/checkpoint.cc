@@ -251,10 +251,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
     const int pi = static_cast<int>(p);
     zero::Range need = need_of(pi), own = own_of(pi);
     if (!need.empty()) {
-      std::vector<float> v(static_cast<size_t>(need.size())), c(v.size());
+      std::vector<float> v(static_cast<size_t>(need.size()));
       read_into(s.name, "master", need.begin, need.end, v.data());
-      for (size_t i = 0; i < v.size(); ++i) c[i] = mixed_ ? round_to(dt, v[i]) : v[i];
       if (!compact_) {  // compact: sync_compute16 below writes the compute copies from the master
+        std::vector<float> c(v.size());
+        for (size_t i = 0; i < v.size(); ++i) c[i] = mixed_ ? round_to(dt, v[i]) : v[i];
         float* dst = stage_ < 3 ? compute_.f32() + s.offset + need.begin
                                 : param_shard_.f32() + shard_off_[static_cast<size_t>(s.group)] +
                                       (s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin);

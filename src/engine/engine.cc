@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 #include "kernels/backend.h"
@@ -364,21 +365,6 @@ Tensor Engine::micro_graphed(const std::map<std::string, Tensor>& host_inputs, b
   return l;
 }
 
-void Engine::update_on_side(const float* g, double lr, double beta1) {
-  const int n = static_cast<int>(plan_.groups.size());
-  side_->after_main();  // the (clipped) gradients
-  cuda::SideStream::Scope on(*side_);
-  opt_->begin_step();
-  for (int gi = 0; gi < n; ++gi) {  // one rank: a group's owned range is all of it, at the same place in the grads
-    const zero::Range own = plan_.owned(gi, 0);
-    const int64_t state = stage_ == 0 ? own.begin : shard_off_[static_cast<size_t>(gi)];
-    float* p = stage_ == 0 ? master_.f32() + own.begin : owned_master(gi);
-    opt_->update(p, g + own.begin, state, own.size(), lr, beta1, rounded_out(own.begin));
-    side_->record(gi);
-  }
-  side_->record(n);
-}
-
 void Engine::settle() {
   if (side_) side_->main_waits(static_cast<int>(plan_.groups.size()));
 }
@@ -495,22 +481,27 @@ StepStats Engine::train_step(DataSource& data) {
         lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
     {
       profile::Scope ps("optimizer");
-      if (overlap_) {
-        update_on_side(g, lm.lr, beta1);
-      } else if (stage_ == 0) {
+      if (stage_ == 0 && !overlap_) {
         opt_->step(mixed_ ? master_.f32() : compute_.f32(), g, lm.lr, beta1, rounded_out(0));
-      } else {
+      } else {  // group by group: this rank's shards (stages 1-3), or every group on the side stream (overlap_)
+        std::optional<cuda::SideStream::Scope> on;
+        if (overlap_) side_->after_main(), on.emplace(*side_);  // after the (clipped) gradients
+        const int n = static_cast<int>(plan_.groups.size());
         opt_->begin_step();
-        for (size_t gi = 0; gi < plan_.groups.size(); ++gi) {
-          zero::Range own = plan_.owned(static_cast<int>(gi), r);
-          const float* gr = stage_ < 2 ? g + own.begin : g + shard_off_[gi];
+        for (int gi = 0; gi < n; ++gi) {
+          zero::Range own = plan_.owned(gi, r);
+          const float* gr = stage_ < 2 ? g + own.begin : g + shard_off_[static_cast<size_t>(gi)];
           if (offload_) {  // gradient shard to host, CPU optimizer on the host master
-            copy_f32(host_grad_.f32() + shard_off_[gi], gr, own.size());
-            gr = host_grad_.f32() + shard_off_[gi];
+            copy_f32(host_grad_.f32() + shard_off_[static_cast<size_t>(gi)], gr, own.size());
+            gr = host_grad_.f32() + shard_off_[static_cast<size_t>(gi)];
           }
-          opt_->update(owned_master(static_cast<int>(gi)), gr, shard_off_[gi], own.size(), lm.lr, beta1,
-                       rounded_out(own.begin));
+          // Stage 0 (overlap_, one rank): the full master and optimizer state, in the flat layout.
+          float* p = stage_ == 0 ? master_.f32() + own.begin : owned_master(gi);
+          const int64_t state = stage_ == 0 ? own.begin : shard_off_[static_cast<size_t>(gi)];
+          opt_->update(p, gr, state, own.size(), lm.lr, beta1, rounded_out(own.begin));
+          if (overlap_) side_->record(gi);
         }
+        if (overlap_) side_->record(n);
       }
     }
     st.lr = lm.lr;
