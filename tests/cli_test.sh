@@ -108,6 +108,16 @@ expect_fail "error on all ranks ends the job" "exceeds the model's context" \
 if pgrep -f "zerorun train gpt.bin" >/dev/null; then bad "ranks left behind"; else ok "no ranks left behind"; fi
 expect_ok "dry run prints the mpirun argv" "-np 3 .*zerorun train gpt.bin --config c.json --steps 2" \
   "$ZR" --num_gpus 3 --config c.json gpt.bin --steps 2 --dry_run
+expect_ok "dry run passes --comm on" "zerorun train gpt.bin .*--device cuda --comm mpi" \
+  "$ZR" --num_gpus 2 --config c.json gpt.bin --steps 2 --device cuda --comm mpi --dry_run
+expect_fail "--comm nccl on CPU ranks" "--comm nccl needs --device cuda" \
+  "$ZR" --num_gpus 2 --config c.json gpt.bin --steps 1 --comm nccl
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  # An error while a rank picks its GPU (before any communicator) still ends every rank, never a hang.
+  expect_fail "--device cuda on 2 ranks without a GPU" "--device cuda: no GPU is visible" \
+    "$ZR" --num_gpus 2 --config c.json gpt.bin --steps 1 --device cuda
+fi
+expect_fail "--comm: unknown value" "--comm: gloo not in {nccl,mpi}" "$ZR" --config c.json gpt.bin --steps 1 --comm gloo
 
 # Two "nodes" through mpirun's remote-launch path (fake rsh agent), vs one rank.
 printf 'nodeA slots=2\nnodeB slots=1  # second node\n' >hosts
@@ -123,7 +133,7 @@ for attempt in 1 2 3; do
   "$ZR" --hostfile hosts --launcher_args "$RSH" --config z3.json gpt.bin --steps 5 --micro_batch_size 2 --log_dir two \
     >two.out 2>&1 && break
 done
-if grep -qE "world 3 \| ZeRO stage 3" two.out && [[ -s two/metrics.jsonl ]]; then
+if grep -qE "world 3 \(mpi[^)]*\) \| ZeRO stage 3" two.out && [[ -s two/metrics.jsonl ]]; then
   ok "2-node ZeRO-3 run via hostfile + remote launch (attempt $attempt)"
 else
   bad "2-node run failed 3 times"; grep -v "^\[zerorun\]" two.out | tail -6

@@ -5,8 +5,10 @@
 # several reduce buckets per block, stage-3 prefetch and persistent params.
 # The same script runs on GPUs (tests/run_multi_gpu.sh): DEVICE=cuda, SPECS of
 # "ranks:micro_batch", BATCH (global batch), BF16=1 (bf16 config: losses within
-# 1e-2 relative, weights not compared).
+# 1e-2 relative, weights not compared), COMM=mpi (--comm mpi: GPU ranks share
+# GPUs through host-staged MPI, so 2 ranks can run on a one-GPU machine).
 set -u
+COMM=${COMM:-}
 DEVICE=${DEVICE:-cpu}
 SPECS=${SPECS:-1:2 2:2 3:2 4:3}
 BATCH=${BATCH:-12}
@@ -31,7 +33,7 @@ for stage in 0 1 2 3; do
 EOF2
   for spec in $SPECS; do
     n=${spec%%:*} micro=${spec##*:}
-    out=$("$ZR" --num_gpus "$n" --device "$DEVICE" --config c.json pm.bin --steps 20 --micro_batch_size "$micro" \
+    out=$("$ZR" --num_gpus "$n" --device "$DEVICE" ${COMM:+--comm "$COMM"} --config c.json pm.bin --steps 20 --micro_batch_size "$micro" \
       --log_dir "r$n" --final_weights "w$n.safetensors" 2>&1)
     if [[ $? -ne 0 ]]; then
       fail=$((fail + 1)); echo "FAIL - stage $stage on $n ranks did not run:"; echo "$out" | tail -5; continue

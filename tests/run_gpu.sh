@@ -91,4 +91,30 @@ if [[ -n "${W:-}" ]]; then
     fi
   done
 fi
+# Several ranks on one GPU: --comm mpi stages the collectives through host memory (NCCL needs a GPU per rank), so
+# the GPU engine's multi-rank ZeRO paths run here too: ZeRO-0..3 on 2 ranks vs 1 rank, fp32 (losses and final
+# weights within 1e-5) and bf16 (losses within 1e-2).
+if [[ -n "${W:-}" ]]; then
+  export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none
+  for bf in 0 1; do
+    COMM=mpi DEVICE=cuda SPECS="2:2" BATCH=8 BF16=$bf bash tests/parity_test.sh "$BIN/zerorun" 2>&1 |
+      sed "s/^/[shared GPU, bf16=$bf] /" | tee -a "$OUTD/shared_gpu_parity.log" | grep -E "^\[.*(ok|FAIL)"
+    [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  done
+  # Without --comm mpi, two ranks need two GPUs: a clear error naming the rank, and both ranks end.
+  G=$(nvidia-smi -L | wc -l)
+  if [[ $G -eq 1 ]]; then
+    out=$(timeout 60 "$BIN/zerorun" --num_gpus 2 --device cuda --config "$W/c.json" "$W/m.bin" --steps 1 2>&1); st=$?
+    if [[ $st -ne 0 && $st -lt 124 ]] && grep -q "local rank 1 has no GPU of its own" <<<"$out"; then
+      echo "ok   - 2 NCCL ranks on 1 GPU: $(grep -o 'local rank 1 has no GPU[^.]*' <<<"$out" | head -1)"
+    else echo "FAIL - 2 NCCL ranks on 1 GPU: rc $st"; tail -3 <<<"$out"; rc=1; fi
+  fi
+  # Two ranks made to pick the same GPU: NCCL's bare "invalid usage" becomes a message naming both ranks.
+  out=$(timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE \
+    env OMPI_COMM_WORLD_LOCAL_RANK=0 "$BIN/zerorun" train "$W/m.bin" --config "$W/c.json" --device cuda --steps 1 2>&1)
+  st=$?
+  if [[ $st -ne 0 && $st -lt 124 ]] && grep -q "ranks 0 and 1 both use GPU" <<<"$out"; then
+    echo "ok   - ranks sharing a GPU under NCCL: $(grep -o 'ranks 0 and 1 both use GPU [^(]*' <<<"$out" | head -1)"
+  else echo "FAIL - ranks sharing a GPU under NCCL: rc $st"; tail -3 <<<"$out"; rc=1; fi
+fi
 exit $rc

@@ -68,6 +68,8 @@ std::unique_ptr<Communicator> make_mpi_comm();
 // NCCL for device buffers (bootstrapped over `host`, which keeps serving host
 // buffers). Throws when CUDA is not built or libnccl.so.2 cannot be loaded.
 std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator> host);
+// Device buffers through `host` (MPI) via host memory: no NCCL needed, and ranks may share a GPU (--comm mpi).
+std::unique_ptr<Communicator> make_staged_comm(std::unique_ptr<Communicator> host);
 // True when this process was started by mpirun/srun with more than one rank.
 bool launched_by_mpi();
 // Ends every rank of an MPI job (after this rank printed why).

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace zerorun::cuda {
@@ -11,6 +12,9 @@ namespace zerorun::cuda {
 bool available();  // built with CUDA and at least one GPU visible
 int device_count();
 void set_device(int index);
+int current_device();
+std::string pci_bus_id(int device);     // "0000:19:00.0": the same GPU however CUDA_VISIBLE_DEVICES numbers it
+bool is_device_pointer(const void* p);  // memory on a GPU (false for host, pinned host and unknown pointers)
 // Caching allocator: freed blocks are kept for reuse by size class.
 void* device_alloc(size_t bytes, int device);
 void device_free(void* p, size_t bytes, int device);

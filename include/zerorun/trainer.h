@@ -17,10 +17,18 @@ struct TrainOptions {
   std::string resume;  // "latest", a tag in save_dir, or a checkpoint directory  // write the trained fp32 weights
                        // (safetensors) here
   std::string device = "cpu";
+  // Collectives on GPU buffers with several ranks: "" or "nccl" (NCCL, one GPU per rank) or "mpi" (staged through
+  // host memory over MPI; ranks may share a GPU).
+  std::string comm;
 };
 
 // This process's rank on its node (from the MPI launcher's environment).
 int local_rank();
+// The GPU this rank trains on: its local rank (NCCL), or that modulo the GPUs visible with --comm mpi.
+int gpu_for_rank(const TrainOptions& o);
+// This process's communicator: MPI under an MPI launcher (NCCL or host-staged MPI for GPU buffers), else one rank.
+// Selects this rank's GPU first when it trains on one.
+std::unique_ptr<Communicator> make_train_comm(const TrainOptions& o);
 // Returns the process exit code (0 on success); throws Error on bad input.
 int run_training(const TrainOptions& o, Communicator& comm);
 

@@ -9,12 +9,16 @@
 // dlopen (its C ABI is stable), so building needs no NCCL headers and a
 // missing library is a clear error, not a link failure.
 #include <dlfcn.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "cuda_check.h"
 #include "zerorun/comm.h"
+#include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
 
 namespace zerorun {
@@ -89,13 +93,25 @@ int nccl_type(DType dt) {
   }
 }
 
-bool on_device(const void* p) {
-  cudaPointerAttributes a{};
-  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-    cudaGetLastError();
-    return false;
-  }
-  return a.type == cudaMemoryTypeDevice;
+bool on_device(const void* p) { return cuda::is_device_pointer(p); }
+
+// NCCL refuses two ranks of one communicator on the same GPU with a bare "invalid usage"; name them instead.
+void check_one_gpu_per_rank(Communicator& host) {
+  const int W = host.size();
+  if (W < 2) return;
+  char me[128] = {};
+  char hn[64] = {};
+  gethostname(hn, sizeof hn - 1);
+  const int dev = cuda::current_device();
+  std::snprintf(me, sizeof me, "%s %s", hn, cuda::pci_bus_id(dev).c_str());
+  std::vector<char> all(sizeof me * static_cast<size_t>(W));
+  host.all_gather(me, all.data(), sizeof me / 2, DType::U16);
+  for (int i = 0; i < W; ++i)
+    for (int j = i + 1; j < W; ++j)
+      if (std::strncmp(&all[sizeof me * i], &all[sizeof me * j], sizeof me) == 0)
+        ZR_FAIL("ranks ", i, " and ", j, " both use GPU ", &all[sizeof me * i], " (CUDA device ", dev,
+                " here): NCCL needs one GPU per rank. Start at most as many ranks per node as GPUs visible "
+                "(--num_gpus, CUDA_VISIBLE_DEVICES), or pass --comm mpi to share GPUs through host memory");
 }
 
 class NcclHandle : public CommHandle {
@@ -119,6 +135,7 @@ class NcclHandle : public CommHandle {
 class NcclComm : public Communicator {
  public:
   explicit NcclComm(std::unique_ptr<Communicator> host) : host_(std::move(host)) {
+    check_one_gpu_per_rank(*host_);
     ncclUniqueId id{};
     if (host_->rank() == 0) nccl_check(nccl().GetUniqueId(&id), "GetUniqueId");
     host_->broadcast(&id, sizeof id / 2, DType::U16, 0);  // 128 bytes as 64 u16 words

@@ -45,6 +45,27 @@ int device_count() {
 
 void set_device(int i) { ZR_CUDA(cudaSetDevice(i)); }
 
+int current_device() {
+  int d = 0;
+  ZR_CUDA(cudaGetDevice(&d));
+  return d;
+}
+
+std::string pci_bus_id(int device) {
+  char id[64] = {};
+  ZR_CUDA(cudaDeviceGetPCIBusId(id, sizeof id, device));
+  return id;
+}
+
+bool is_device_pointer(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // clears the error an unknown pointer leaves
+    return false;
+  }
+  return a.type == cudaMemoryTypeDevice;
+}
+
 namespace {
 thread_local cudaStream_t t_side = nullptr;  // SideStream::Scope's redirect
 cudaStream_t main_stream() {

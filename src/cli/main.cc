@@ -24,6 +24,10 @@ using namespace zerorun;
 
 namespace {
 
+const char* kCommHelp =
+    "GPU collectives with several ranks: nccl (default; one GPU per rank) or mpi (through host memory; ranks may "
+    "share a GPU)";
+
 void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("model", o.model_path, "model.bin to train")->required();
   app->add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
@@ -37,6 +41,7 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app->add_option("--final_weights", o.final_weights, "write the trained fp32 weights (safetensors) here");
   app->add_option("--resume", o.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
+  app->add_option("--comm", o.comm, kCommHelp)->check(CLI::IsMember({"nccl", "mpi"}));
 }
 
 int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, const MlpSpec& mlp, const Gpt2Spec& gpt,
@@ -107,6 +112,7 @@ std::vector<std::string> rank_command(const TrainOptions& o) {
   if (!o.final_weights.empty()) opt("--final_weights", o.final_weights);
   if (!o.resume.empty()) opt("--resume", o.resume);
   opt("--device", o.device);
+  if (!o.comm.empty()) opt("--comm", o.comm);
   return a;
 }
 
@@ -136,6 +142,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--final_weights", launch.final_weights, "write the trained fp32 weights (safetensors) here");
   app.add_option("--resume", launch.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
+  app.add_option("--comm", launch.comm, kCommHelp)->check(CLI::IsMember({"nccl", "mpi"}));
   bool dry_run = false;
   app.add_flag("--dry_run", dry_run, "print the launcher command instead of running it");
   std::string hostfile;
@@ -198,20 +205,26 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    const int rc = app.exit(e);  // prints the help, or the message naming the option
+    return rc == 0 ? 0 : 2;      // a usage error, like every other bad command line
   }
   try {
     if (*train_cmd) {
-      std::unique_ptr<Communicator> comm = launched_by_mpi() ? make_mpi_comm() : make_self_comm();
-      if (train.device == "cuda" && comm->size() > 1) {
-        cuda::set_device(local_rank());  // before NCCL binds the communicator to a GPU
-        comm = make_nccl_comm(std::move(comm));
-      }
+      std::unique_ptr<Communicator> comm;
       try {
+        comm = make_train_comm(train);
         return run_training(train, *comm);
       } catch (const Error& e) {
-        if (comm->size() > 1) {
-          std::fprintf(stderr, "zerorun: error on rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
+        // One rank's error ends the whole job: the others may be waiting in a collective (or in MPI's
+        // finalise) for it, so exiting alone would leave them hanging. Before the communicator exists
+        // (choosing this rank's GPU), the rank comes from the launcher's environment.
+        if (comm ? comm->size() > 1 : launched_by_mpi()) {
+          const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+          if (!env_rank) env_rank = std::getenv("PMI_RANK");
+          if (!env_rank) env_rank = std::getenv("SLURM_PROCID");
+          const std::string who = comm ? std::to_string(comm->rank()) + " of " + std::to_string(comm->size())
+                                       : std::string(env_rank ? env_rank : "?");
+          std::fprintf(stderr, "zerorun: error on rank %s: %s\n", who.c_str(), e.what());
           std::fflush(stderr);
           mpi_abort_job(1);
         }
@@ -273,7 +286,7 @@ int main(int argc, char** argv) {
       ZR_FAIL("cannot start ", argv_s[0], ": ", std::strerror(errno),
               lr.launcher == "slurm" ? "" : " (install openmpi-bin)");
     }
-    auto comm = make_self_comm();
+    auto comm = make_train_comm(launch);
     return run_training(launch, *comm);
   } catch (const Error& e) {
     std::fprintf(stderr, "zerorun: error: %s\n", e.what());

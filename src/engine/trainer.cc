@@ -35,6 +35,27 @@ int local_rank() {
   return 0;
 }
 
+int gpu_for_rank(const TrainOptions& o) {
+  const int local = local_rank(), n = cuda::device_count();
+  ZR_CHECK(n > 0, "--device cuda: no GPU is visible",
+           built_with_cuda() ? "" : " (this zerorun was built without CUDA)");
+  if (o.comm == "mpi") return local % n;
+  ZR_CHECK(local < n, "local rank ", local, " has no GPU of its own (", n, " visible): NCCL needs one GPU per rank. ",
+           "Start at most ", n, " rank(s) per node, or pass --comm mpi to let ranks share GPUs");
+  return local;
+}
+
+std::unique_ptr<Communicator> make_train_comm(const TrainOptions& o) {
+  ZR_CHECK(o.comm.empty() || o.comm == "nccl" || o.comm == "mpi", "--comm must be nccl or mpi, got '", o.comm, "'");
+  ZR_CHECK(o.comm != "nccl" || o.device == "cuda", "--comm nccl needs --device cuda (CPU ranks use MPI)");
+  std::unique_ptr<Communicator> comm = launched_by_mpi() ? make_mpi_comm() : make_self_comm();
+  if (o.device == "cuda" && comm->size() > 1) {
+    cuda::set_device(gpu_for_rank(o));  // before NCCL binds the communicator to a GPU
+    comm = o.comm == "mpi" ? make_staged_comm(std::move(comm)) : make_nccl_comm(std::move(comm));
+  }
+  return comm;
+}
+
 int run_training(const TrainOptions& o, Communicator& comm) {
   Config cfg = load_config(o.config_path);
   if (o.steps) cfg.train.steps = *o.steps;
@@ -51,10 +72,9 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   if (gpu) {
     ZR_CHECK(cuda::available(), "--device cuda: no GPU is visible",
              built_with_cuda() ? "" : " (this zerorun was built without CUDA)");
-    const int local = local_rank();
-    ZR_CHECK(local < cuda::device_count(), "local rank ", local, " has no GPU (", cuda::device_count(), " visible)");
-    cuda::set_device(local);
-    cfg.device = Device::cuda(local);
+    const int gi = gpu_for_rank(o);
+    cuda::set_device(gi);
+    cfg.device = Device::cuda(gi);
   }
   Model model = load_model(o.model_path);
   ResolveContext rc;
@@ -80,9 +100,9 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   if (lead) {
     spdlog::info("model {}: {} parameters, graph {} ({} blocks)", o.model_path, model.num_params(), model.graph_hash,
                  model.graph.blocks.size());
-    spdlog::info("world {} | ZeRO stage {} | batch {} = micro {} x gas {} x world {} | {} | optimizer {} lr {}",
-                 comm.size(), cfg.zero.stage, cfg.batch, cfg.micro, cfg.gas, comm.size(), precision_name(cfg.precision),
-                 cfg.optimizer.type, cfg.optimizer.lr);
+    spdlog::info("world {} ({}) | ZeRO stage {} | batch {} = micro {} x gas {} x world {} | {} | optimizer {} lr {}",
+                 comm.size(), comm.name(), cfg.zero.stage, cfg.batch, cfg.micro, cfg.gas, comm.size(),
+                 precision_name(cfg.precision), cfg.optimizer.type, cfg.optimizer.lr);
     spdlog::info("data: {}", data->describe());
   }
   spdlog::info("{}", engine.memory_report());  // every rank: its own shard sizes
