@@ -1,12 +1,16 @@
 // Engine on N MPI ranks (mpirun -np 2..4): model-state memory per stage
 // (stage 3 ~ 1/N of stage 0), overflow on one rank skips the step on all,
-// stage 3 + activation checkpointing equals plain stage 3.
+// stage 3 + activation checkpointing equals plain stage 3. With `--device cuda
+// [--comm nccl|mpi]` the same checks run on GPUs (tests/run_gpu.sh: two ranks
+// sharing the one GPU through --comm mpi).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "tests/common/tiny.h"
+#include "zerorun/cuda_rt.h"
 #include "zerorun/engine.h"
+#include "zerorun/trainer.h"
 #include "zerorun/zero_plan.h"
 
 using namespace zerorun;
@@ -22,12 +26,28 @@ void expect(bool ok, const std::string& what, int rank) {
   }
 }
 Model tiny() { return testing::tiny_gpt(21, 96, 48); }
-Config cfg(const std::string& text, int world) { return testing::make_cfg(text, world, 48); }
+bool gpu = false;
+Config cfg(const std::string& text, int world) {
+  Config c = testing::make_cfg(text, world, 48, gpu);
+  if (gpu) c.device = Device::cuda(cuda::current_device());
+  return c;
+}
 }  // namespace
 
-int main() {
-  auto comm = make_mpi_comm();
+int main(int argc, char** argv) {
+  TrainOptions o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (std::strcmp(argv[i], "--device") == 0) o.device = argv[i + 1];
+    if (std::strcmp(argv[i], "--comm") == 0) o.comm = argv[i + 1];
+  }
+  gpu = o.device == "cuda";
+  if (gpu && !cuda::available()) {
+    std::printf("no GPU visible: GPU engine test skipped\n");
+    return 77;
+  }
+  auto comm = make_train_comm(o);  // MPI; NCCL or host-staged MPI for GPU buffers
   const int R = comm->rank(), W = comm->size();
+  if (R == 0) std::printf("engine test on %s, communicator %s\n", o.device.c_str(), comm->name().c_str());
   Model m = tiny();
   auto data = make_data_source("synthetic", m, 16, 3);
 
@@ -54,7 +74,7 @@ int main() {
          R);
   expect(near(b[3].total(), 16 * P / W), "stage 3 total ~ 1/N of stage 0", R);
   for (int st = 0; st <= 3; ++st) {  // what `zerorun estimate` prints for this run
-    const zero::StateEstimate e = zero::estimate_model_states(P, st, W, false, false, false, false);
+    const zero::StateEstimate e = zero::estimate_model_states(P, st, W, false, gpu, false, false);
     expect(near(b[st].params, e.params) && near(b[st].grads, e.grads) && near(b[st].optimizer, e.optimizer),
            "stage " + std::to_string(st) + " bytes = zerorun estimate", R);
   }
@@ -70,7 +90,12 @@ int main() {
     Engine e(m, c, *comm, 3);
     auto before = e.master_weights();
     e.after_backward = [&](float* g, int64_t n) {
-      if (R == W - 1) g[n - 1] = NAN;
+      if (R != W - 1) return;
+      const float bad = NAN;
+      if (gpu)
+        cuda::copy(g + n - 1, &bad, sizeof bad);
+      else
+        g[n - 1] = bad;
     };
     StepStats s = e.train_step(*data);
     auto after = e.master_weights();
@@ -98,6 +123,6 @@ int main() {
 
   int f = failed;
   comm->all_reduce(&f, 1, DType::I32, ReduceOp::Sum);
-  if (R == 0) std::printf("engine on %d ranks: %d passed, %d failed\n", W, passed * W, f);
+  if (R == 0) std::printf("engine on %d %s ranks: %d passed, %d failed\n", W, o.device.c_str(), passed * W, f);
   return f == 0 ? 0 : 1;
 }
