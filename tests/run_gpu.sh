@@ -38,12 +38,16 @@ fi
 # 256 distinct tokens read in order, so no token repeats within a micro-batch of 2 x 64: the embedding's atomic
 # gradient sums then add one value each and the runs are deterministic (attention backward atomic-free).
 if [[ -n "${W:-}" ]]; then
-  python3 -c '
+  cycle_tokens() {  # FILE V: a cycle through all V token ids (a permutation), 40 times, read in order
+    python3 -c '
 import struct, sys
-toks = [(i * 7 + 3) % 256 for i in range(256 * 40 + 1)]
+v = int(sys.argv[2])
+toks = [(i * 7 + 3) % v for i in range(v * 40 + 1)]
 with open(sys.argv[1], "wb") as f:
     f.write(struct.pack("<256i", 20240520, 1, len(toks), *([0] * 253)))
-    f.write(struct.pack(f"<{len(toks)}H", *toks))' "$W/cyc.bin"
+    f.write(struct.pack(f"<{len(toks)}H", *toks))' "$1" "$2"
+  }
+  cycle_tokens "$W/cyc.bin" 256
   declare -A GCFG=(
     [bf16_gas4_ckpt]='{"train_batch_size": 8, "train_micro_batch_size_per_gpu": 2, "bf16": {"enabled": true}, "activation_checkpointing": {"enabled": true}, "gradient_clipping": 1.0}'
     [fp16_window2]='{"train_batch_size": 2, "fp16": {"enabled": true, "initial_scale_power": 12, "loss_scale_window": 2}}'
@@ -105,6 +109,40 @@ if [[ -n "${W:-}" ]]; then
       grep -E "FAIL|passed|error" | sed 's/^/[shared GPU] /'
     [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
   done
+  # Checkpoints of GPU ranks: tests/checkpoint_test.sh (bitwise resume at stages 0-3, resume at another world size
+  # and stage, merge, integrity errors, a rank killed mid-save) with every run on 2-4 ranks sharing the GPU. Its
+  # tiny GPT-2 has 128 token ids; on a cycle through all of them a micro-batch of 3 x 32 repeats none, so the
+  # atomic embedding gradient adds one value per row and the runs are bitwise reproducible (attention
+  # atomic-free); larger micro-batches repeat tokens, hence the 3e-5 weights bound across world sizes.
+  cycle_tokens "$W/cyc128.bin" 128
+  ZERORUN_ATTN_ATOMICS=0 TRAIN_ARGS="--device cuda --comm mpi --data $W/cyc128.bin" WTOL=3e-5 \
+    bash tests/checkpoint_test.sh "$BIN/zerorun" 2>&1 | tee "$OUTD/gpu_checkpoints.log" | grep -E "^(ok|FAIL)|passed" |
+    sed 's/^/[GPU checkpoints] /'
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+  # A checkpoint moves between devices: 2 GPU ranks (ZeRO-3) save at step 5 and 1 CPU rank resumes; 3 CPU ranks
+  # (ZeRO-1) save and 1 GPU resumes. Both against 10 straight CPU steps: losses within 1e-5, weights 3e-5.
+  (
+    source tests/lib.sh
+    cd "$W" && Z=$OLDPWD/$BIN/zerorun
+    echo '{"train_batch_size": 12, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 300}, "optimizer": {"type": "AdamW", "params": {"lr": 2e-3}}}' >x3.json
+    echo '{"train_batch_size": 12, "zero_optimization": {"stage": 1}, "optimizer": {"type": "AdamW", "params": {"lr": 2e-3}}}' >x1.json
+    "$Z" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --seed 4 -o x.bin >/dev/null
+    common=(--data cyc128.bin --steps 10)
+    "$Z" --config x1.json x.bin "${common[@]}" --log_dir xA --final_weights xA.st >x.log 2>&1
+    for way in "cuda 2 x3 cpu 1 x1" "cpu 3 x1 cuda 1 x3"; do
+      set -- $way
+      rm -rf xS xB
+      "$Z" --device $1 --comm mpi --num_gpus $2 --config $3.json x.bin --data cyc128.bin --steps 5 --save_dir xS \
+        --log_dir xB >>x.log 2>&1
+      "$Z" --device $4 --num_gpus $5 --config $6.json x.bin "${common[@]}" --save_dir xS --resume latest --log_dir xB \
+        --final_weights xB.st >>x.log 2>&1
+      worst=$(loss_diff xA xB) wd=$(wdiff xB.st xA.st) rows=$(losses xB | wc -l)
+      if [[ $rows -eq 10 ]] && awk -v w="$worst" -v d="$wd" 'BEGIN{exit !(w <= 1e-5 && d <= 3e-5)}'; then
+        ok "checkpoint of $2 $1 rank(s) resumed on $5 $4 rank(s): losses within $worst, weights within $wd"
+      else bad "checkpoint $1 -> $4: $rows rows, losses $worst, weights $wd"; tail -3 x.log; fi
+    done
+    [[ $fail -eq 0 ]]
+  ) || rc=1
   # Without --comm mpi, two ranks need two GPUs: a clear error naming the rank, and both ranks end.
   G=$(nvidia-smi -L | wc -l)
   if [[ $G -eq 1 ]]; then
