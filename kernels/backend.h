@@ -204,6 +204,10 @@ class Backend {
   // on CUDA, as autocast does). The CPU backend always multiplies in fp32.
   virtual void set_matmul_dtype(DType) {}
   virtual DType matmul_dtype() const { return DType::F32; }
+  // Deterministic: the same bits every run (no kernel that adds with atomics in a varying order). The CPU backend
+  // always is; the CUDA one starts from ZERORUN_DETERMINISTIC=1.
+  virtual void set_deterministic(bool) {}
+  virtual bool deterministic() const { return true; }
 };
 
 Backend& backend(Device d);

@@ -81,6 +81,26 @@ sys.exit(1 if bad or n != 12 else 0)' "$name" "$caps" || rc=1
   fp16caps=$(sed -n 's/.*CUDA graphs: \([0-9]*\) captures.*/\1/p' "$W/g1_fp16_window2.out")
   [[ "${fp16caps:-0}" -ge 3 ]] || { echo "FAIL - fp16 with a 2-step scale window captured ${fp16caps:-0} times (a scale change recaptures)"; rc=1; }
 fi
+# ZERORUN_DETERMINISTIC=1: two runs of one job give the same bits (every step's loss, grad norm, and the final
+# weights), on random synthetic tokens that repeat within a micro-batch; bf16 with graphs and the overlapped
+# update, and fp32 ZeRO-2 on 2 ranks sharing the GPU.
+if [[ -n "${W:-}" ]]; then
+  echo '{"train_batch_size": 8, "bf16": {"enabled": true}, "gradient_clipping": 1.0}' >"$W/d16.json"
+  echo '{"train_batch_size": 8, "zero_optimization": {"stage": 2}, "gradient_clipping": 1.0}' >"$W/d2.json"
+  for job in "d16 1" "d2 2"; do
+    set -- $job
+    for k in 1 2; do
+      ZERORUN_DETERMINISTIC=1 "$BIN/zerorun" --device cuda --comm mpi --num_gpus $2 --config "$W/$1.json" "$W/m.bin" \
+        --steps 8 --seq_len 64 --log_dir "$W/det_$1_$k" --final_weights "$W/det_$1_$k.st" >"$W/det_$1_$k.out" 2>&1 ||
+        { echo "FAIL - deterministic run $1 #$k"; tail -3 "$W/det_$1_$k.out"; rc=1; }
+    done
+    if grep -q "deterministic GPU kernels" "$W/det_$1_1.out" &&
+      cmp -s <(sed 's/"seconds":[^,]*,//' "$W/det_$1_1/metrics.jsonl") <(sed 's/"seconds":[^,]*,//' "$W/det_$1_2/metrics.jsonl") &&
+      cmp -s "$W/det_$1_1.st" "$W/det_$1_2.st"; then
+      echo "ok   - ZERORUN_DETERMINISTIC=1, $1 on $2 rank(s): two runs, the same bits (8 steps' metrics, final weights)"
+    else echo "FAIL - ZERORUN_DETERMINISTIC=1, $1: runs differ"; diff "$W/det_$1_1/metrics.jsonl" "$W/det_$1_2/metrics.jsonl" | head -4; rc=1; fi
+  done
+fi
 # Seed configs on one GPU: ZeRO-3 + optimizer/param offload with "auto" (-> bf16), ZeRO-2 offload bf16.
 if [[ -n "${W:-}" ]]; then
   for c in ds_config_zero3.json ds_config_zero2_offload.json; do

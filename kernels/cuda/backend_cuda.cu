@@ -13,6 +13,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <cub/device/device_radix_sort.cuh>
+
 #include "cuda_check.h"
 #include "flash_attention.h"
 #include "kernels/backend.h"
@@ -759,6 +761,45 @@ __global__ void k_emb_bwd(const int32_t* ids, const float* dout, float* dtable, 
     if (id >= 0 && id < V) atomicAdd(&dtable[id * C + i % C], dout[i]);
   }
 }
+// The deterministic embedding gradient: the positions sorted by id with a stable radix sort (keys: the id, or V
+// for an id outside the table), then one block per distinct id adds its positions' rows in position order into
+// the table's row: the same bits every run, where the atomic kernel adds a repeated id in whatever order the
+// blocks happen to run.
+__global__ void k_emb_keys(const int32_t* ids, int64_t N, int64_t V, uint32_t* keys, int32_t* pos) {
+  GRID_STRIDE(i, N) {
+    const int32_t id = ids[i];
+    keys[i] = id >= 0 && id < V ? static_cast<uint32_t>(id) : static_cast<uint32_t>(V);
+    pos[i] = static_cast<int32_t>(i);
+  }
+}
+template <bool V4>  // V4: C % 4 == 0 and dout, dtable 16-byte aligned
+__global__ void k_emb_bwd_sorted(const uint32_t* key, const int32_t* pos, const float* dout, float* dtable, int64_t N,
+                                 int64_t C, int64_t V) {
+  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
+    const uint32_t id = key[i];
+    if (id >= V || (i > 0 && key[i - 1] == id)) continue;  // not the first position of its id
+    int64_t end = i + 1;
+    while (end < N && key[end] == id) ++end;
+    if (V4) {
+      float4* row = reinterpret_cast<float4*>(dtable + id * C);
+      for (int64_t c = threadIdx.x; c < C / 4; c += blockDim.x) {
+        float4 s = row[c];
+        for (int64_t j = i; j < end; ++j) {
+          const float4 d = reinterpret_cast<const float4*>(dout + static_cast<int64_t>(pos[j]) * C)[c];
+          s.x += d.x, s.y += d.y, s.z += d.z, s.w += d.w;
+        }
+        row[c] = s;
+      }
+    } else {
+      float* row = dtable + id * C;
+      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float s = row[c];
+        for (int64_t j = i; j < end; ++j) s += dout[static_cast<int64_t>(pos[j]) * C + c];
+        row[c] = s;
+      }
+    }
+  }
+}
 __global__ void k_pos_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) {
   GRID_STRIDE(i, B * T * C) out[i] = table[i % (T * C)];
 }
@@ -892,14 +933,15 @@ __global__ void k_mean(const float* x, int64_t n, float* out) {
   }
 }
 __global__ void k_set1(float* p, float v) { *p = v; }
-__global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* out) {
+// Per-block partial sums (part[blockIdx.x]), added on the host in block order: the same sum every run.
+__global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double* part) {
   float s = 0.f;
   GRID_STRIDE(i, n) {
     float d = b ? a[i] - b[i] : a[i];
     s += d * d;
   }
   s = block_sum(s);
-  if (threadIdx.x == 0) atomicAdd(out, static_cast<double>(s));
+  if (threadIdx.x == 0) part[blockIdx.x] = static_cast<double>(s);
 }
 __global__ void k_mse_bwd(const float* p, const float* t, const float* dloss, Grad dp, int64_t n) {
   float scale = 2.f * *dloss / static_cast<float>(n);
@@ -950,8 +992,9 @@ __global__ void k_sgd(float* p, const float* g, float* buf, int64_t n, float lr,
   }
 }
 __global__ void k_scale(float* x, float s, int64_t n) { GRID_STRIDE(i, n) x[i] *= s; }
-// Sum of squares in f64 (a huge finite value cannot overflow it) and a flag for any inf/nan, one read.
-__global__ void k_finite_sumsq(const float* x, int64_t n, double* out, int* bad) {
+// Sum of squares in f64 (a huge finite value cannot overflow it) and a flag for any inf/nan, one read; per-block
+// partials (part[blockIdx.x]) that the host adds in block order, so the norm has the same bits every run.
+__global__ void k_finite_sumsq(const float* x, int64_t n, double* part, int* bad) {
   double s = 0.0;
   bool ok = true;
   if (aligned16(x)) {
@@ -986,7 +1029,7 @@ __global__ void k_finite_sumsq(const float* x, int64_t n, double* out, int* bad)
   if (threadIdx.x == 0) {
     double t = 0.0;
     for (int w = 0; w < (int)(blockDim.x >> 5); ++w) t += sh[w];
-    atomicAdd(out, t);
+    part[blockIdx.x] = t;
   }
 }
 __global__ void k_finite(const float* x, int64_t n, int* bad) {
@@ -1069,7 +1112,11 @@ class CudaBackend : public Backend {
     ZR_CUBLAS(cublasSetStream(h_, cuda::stream()));
     const char* a = std::getenv("ZERORUN_ATTN_ATOMICS");
     attn_atomics_ = !(a && std::strcmp(a, "0") == 0);
+    const char* d = std::getenv("ZERORUN_DETERMINISTIC");
+    deterministic_ = d && std::strcmp(d, "1") == 0;
   }
+  void set_deterministic(bool on) override { deterministic_ = on; }
+  bool deterministic() const override { return deterministic_; }
   const char* name() const override { return "cuda"; }
   void set_matmul_dtype(DType dt) override {
     ZR_CHECK(dt == DType::F32 || dt == DType::BF16 || dt == DType::F16, "matmul dtype must be f32, bf16 or f16");
@@ -1348,7 +1395,8 @@ class CudaBackend : public Backend {
     DevBuf<float> delta(static_cast<size_t>(B * H * T), false);
     if (tensor_core_attention(C / H)) {
       Half q16 = qkv.h ? Half() : to16(qkv.p, n3), d16 = dout.h ? Half() : to16(dout.p, n);
-      DevBuf<float> dq_acc = attn_atomics_ ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
+      const bool atomics = attn_atomics_ && !deterministic_;
+      DevBuf<float> dq_acc = atomics ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
       flash::tc_backward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, dout.h ? dout.h : d16.p, dqkv.p,
                          dqkv.h, dqkv.acc, delta.p, dq_acc.p, B, T, C, H);
       return;
@@ -1386,7 +1434,29 @@ class CudaBackend : public Backend {
     LAUNCH(k_emb_fwd, N * C, ids, table, out, N, C, V);
   }
   void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) override {
-    LAUNCH(k_emb_bwd, N * C, ids, dout, dtable, N, C, V);
+    if (!deterministic_) {
+      LAUNCH(k_emb_bwd, N * C, ids, dout, dtable, N, C, V);
+      return;
+    }
+    if (N <= 0) return;
+    ZR_CHECK(N <= INT32_MAX && V < INT32_MAX, "embedding backward: ", N, " positions / ", V, " ids exceed int32");
+    DevBuf<uint32_t> keys(static_cast<size_t>(2 * N), false);
+    DevBuf<int32_t> pos(static_cast<size_t>(2 * N), false);
+    LAUNCH(k_emb_keys, N, ids, N, V, keys.p, pos.p);
+    int bits = 1;
+    while ((int64_t{1} << bits) <= V) ++bits;  // the keys are 0..V
+    size_t temp = 0;
+    ZR_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys.p, keys.p + N, pos.p, pos.p + N, static_cast<int>(N),
+                                            0, bits, cuda::stream()));
+    DevBuf<unsigned char> scratch(std::max<size_t>(temp, 1), false);
+    ZR_CUDA(cub::DeviceRadixSort::SortPairs(scratch.p, temp, keys.p, keys.p + N, pos.p, pos.p + N, static_cast<int>(N),
+                                            0, bits, cuda::stream()));
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(N, 65535));
+    if (C % 4 == 0 && aligned16(dout) && aligned16(dtable))
+      k_emb_bwd_sorted<true><<<grid, 128, 0, cuda::stream()>>>(keys.p + N, pos.p + N, dout, dtable, N, C, V);
+    else
+      k_emb_bwd_sorted<false><<<grid, 128, 0, cuda::stream()>>>(keys.p + N, pos.p + N, dout, dtable, N, C, V);
+    ZR_CUDA(cudaGetLastError());
   }
   void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) override {
     LAUNCH(k_pos_fwd, B * T * C, table, out, B, T, C);
@@ -1484,16 +1554,19 @@ class CudaBackend : public Backend {
   double finite_sum_squares(const float* x, int64_t n, bool* finite) override {
     *finite = true;
     if (n <= 0) return 0.0;
-    DevBuf<double> acc(2);  // [0] the sum, [1] the inf/nan flag (an int): one zero-fill, one copy back
-    int* bad = reinterpret_cast<int*>(acc.p + 1);
-    k_finite_sumsq<<<std::min<unsigned>(grid_for((n + 3) / 4), 1024), kTpb, 0, cuda::stream()>>>(x, n, acc.p, bad);
+    const unsigned g = std::min<unsigned>(grid_for((n + 3) / 4), 1024);
+    DevBuf<double> acc(g + 1);  // the blocks' partials, then the inf/nan flag (an int): one zero-fill, one copy back
+    int* bad = reinterpret_cast<int*>(acc.p + g);
+    k_finite_sumsq<<<g, kTpb, 0, cuda::stream()>>>(x, n, acc.p, bad);
     ZR_CUDA(cudaGetLastError());
-    double h[2] = {0.0, 0.0};
-    cuda::fetch(h, acc.p, sizeof h);
+    std::vector<double> h(g + 1);
+    cuda::fetch(h.data(), acc.p, h.size() * sizeof(double));
     int b = 0;
-    std::memcpy(&b, &h[1], sizeof b);
+    std::memcpy(&b, &h[g], sizeof b);
     *finite = b == 0;
-    return *finite ? h[0] : 0.0;
+    double sum = 0.0;
+    for (unsigned i = 0; i < g; ++i) sum += h[i];
+    return *finite ? sum : 0.0;
   }
   bool all_finite(const float* x, int64_t n) override {
     DevBuf<int> bad(1);
@@ -1628,13 +1701,15 @@ class CudaBackend : public Backend {
   bool tensor_core_attention(int64_t hs) const { return mm_ != DType::F32 && flash::tc_supported(hs); }
   double sum_sq(const float* a, const float* b, int64_t n) {
     if (!n) return 0.0;
-    DevBuf<double> acc(1);
-    unsigned g = std::min<unsigned>(grid_for(n), 1024);
+    const unsigned g = std::min<unsigned>(grid_for(n), 1024);
+    DevBuf<double> acc(g, false);  // every block writes its partial
     k_sq_diff_sum<<<g, kTpb, 0, cuda::stream()>>>(a, b, n, acc.p);
     ZR_CUDA(cudaGetLastError());
-    double h = 0.0;
-    cuda::fetch(&h, acc.p, sizeof h);
-    return h;
+    std::vector<double> h(g);
+    cuda::fetch(h.data(), acc.p, h.size() * sizeof(double));
+    double sum = 0.0;
+    for (double v : h) sum += v;
+    return sum;
   }
   using Half = DevBuf<uint16_t>;  // bf16 or f16 bits, per mm_
   Half to16(const float* x, int64_t n) const {
@@ -1705,6 +1780,9 @@ class CudaBackend : public Backend {
   // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
   // two atomic-free kernels (7 products, dQ the same bits every run).
   bool attn_atomics_ = true;
+  // ZERORUN_DETERMINISTIC=1 / set_deterministic: the embedding gradient through a sort instead of atomics, and
+  // attention's backward atomic-free, so a run gives the same bits every time.
+  bool deterministic_ = false;
   std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};
   int* ids_flag_ = nullptr;                // device: 0, or 1 + the index of the first failed deferred check

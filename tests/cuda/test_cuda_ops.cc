@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstring>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/flash_attention.h"
@@ -281,6 +282,34 @@ TEST_CASE("tensor-core attention backward: the one-kernel path (dQ by atomics) e
             "attention backward, form " + std::to_string(form) + ", one-kernel variant " + std::to_string(run - 1));
     }
   }
+}
+
+TEST_CASE("deterministic mode: the embedding gradient by sort matches the CPU and is the same bits every run",
+          "[cuda]") {
+  // Many repeats of few ids (up to ~500 rows into one), ids outside the table (skipped), a table that already
+  // holds a gradient (added to); 16-byte rows (C = 768) and 4-byte ones (C = 50).
+  auto& gpu = kernels::backend(kGpu);
+  auto& cpu = kernels::cpu_backend();
+  Rng r(8);
+  for (int64_t C : {768, 50}) {
+    const int64_t N = 5000, V = 11;
+    Tensor id = ids({N}, V, r), dout = rnd({N, C}, r), start = rnd({V, C}, r);
+    id.i32()[7] = static_cast<int32_t>(V), id.i32()[4001] = -3;
+    Tensor want = start.clone(MemCategory::Buffers);
+    cpu.embedding_bwd(id.i32(), dout.f32(), want.f32(), N, C, V);
+    Tensor idg = id.to(kGpu), doutg = dout.to(kGpu);
+    Tensor first;
+    for (int mode = 0; mode < 3; ++mode) {  // deterministic twice, then atomics
+      gpu.set_deterministic(mode < 2);
+      Tensor got = start.to(kGpu);
+      gpu.embedding_bwd(idg.i32(), doutg.f32(), got.f32(), N, C, V);
+      close(want, got, 2e-6, "embedding backward, C " + std::to_string(C) + (mode < 2 ? ", by sort" : ", atomics"));
+      Tensor h = got.to(Device::cpu());
+      if (mode == 0) first = h;
+      if (mode == 1) REQUIRE(std::memcmp(first.raw(), h.raw(), h.nbytes()) == 0);
+    }
+  }
+  gpu.set_deterministic(false);
 }
 
 TEST_CASE("cuda ops match cpu ops", "[cuda]") {
