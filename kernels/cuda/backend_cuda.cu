@@ -8,12 +8,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cub/device/device_radix_sort.cuh>
 #include <map>
 #include <memory>
 #include <type_traits>
 #include <vector>
-
-#include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_check.h"
 #include "flash_attention.h"
@@ -1436,8 +1435,8 @@ class CudaBackend : public Backend {
     int bits = 1;
     while ((int64_t{1} << bits) <= V) ++bits;  // the keys are 0..V
     size_t temp = 0;
-    ZR_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys.p, keys.p + N, pos.p, pos.p + N, static_cast<int>(N),
-                                            0, bits, cuda::stream()));
+    ZR_CUDA(cub::DeviceRadixSort::SortPairs(nullptr, temp, keys.p, keys.p + N, pos.p, pos.p + N, static_cast<int>(N), 0,
+                                            bits, cuda::stream()));
     DevBuf<unsigned char> scratch(std::max<size_t>(temp, 1), false);
     ZR_CUDA(cub::DeviceRadixSort::SortPairs(scratch.p, temp, keys.p, keys.p + N, pos.p, pos.p + N, static_cast<int>(N),
                                             0, bits, cuda::stream()));
