@@ -14,8 +14,8 @@ SPECS=${SPECS:-1:2 2:2 3:2 4:3}
 BATCH=${BATCH:-12}
 BF16=${BF16:-0}
 if [[ $BF16 == 1 ]]; then PREC='"bf16": {"enabled": true},'; LTOL=1e-2; WTOL=1e30; else PREC=''; LTOL=1e-5; WTOL=1e-5; fi
-# N ranks sum the gradients in another order than 1 rank (and on GPUs attention's backward adds dQ with atomics,
-# in an order that varies run to run); Adam turns such rounding noise on near-zero gradients into weight
+# N ranks sum the gradients in another order than 1 rank (and on GPUs the embedding's and attention's backward
+# add with atomics, in an order that varies run to run); Adam turns such rounding noise on near-zero gradients into weight
 # differences: ZeRO-0 on 2 GPU ranks vs 1 measured 7.3e-6 and 1.01e-5 in two runs of one build on the H200, so
 # the GPU bound for fp32 weights is 3e-5.
 [[ $DEVICE == cuda && $BF16 != 1 ]] && WTOL=3e-5

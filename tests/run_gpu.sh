@@ -34,8 +34,9 @@ if [[ -x "$BIN/zerorun" ]] && "$BIN/zerorun" train --help 2>/dev/null | grep -q 
 fi
 # CUDA graphs against eager runs of the same job: per-step loss and grad norm within 1e-6 relative, the same
 # loss scales and skipped steps, and the graphs really captured (bf16 + gas 4 + activation checkpointing: two
-# graphs; fp16 with a 2-step scale window: a new capture at every scale change; ZeRO-1), attention's backward
-# atomic-free so the runs are deterministic. The data is a cycle through 256 token ids, read in order.
+# graphs; fp16 with a 2-step scale window: a new capture at every scale change; ZeRO-1). The data is a cycle of
+# 256 distinct tokens read in order, so no token repeats within a micro-batch of 2 x 64: the embedding's atomic
+# gradient sums then add one value each and the runs are deterministic (attention backward atomic-free).
 if [[ -n "${W:-}" ]]; then
   cycle_tokens() {  # FILE V: a cycle through all V token ids (a permutation), 40 times, read in order
     python3 -c '

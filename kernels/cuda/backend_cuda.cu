@@ -754,10 +754,16 @@ __global__ void k_emb_fwd(const int32_t* ids, const float* table, float* out, in
     out[i] = id >= 0 && id < V ? table[id * C + i % C] : 0.f;
   }
 }
-// The embedding gradient: the positions sorted by id with a stable radix sort (keys: the id, or V for an id
-// outside the table), then one block per distinct id adds its positions' rows in position order into the table's
-// row: the same bits every run, where atomics would add a repeated id in whatever order the blocks happen to run
-// (and no slower: GPT-2 124M trains at the same speed either way on the H200).
+__global__ void k_emb_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) {
+  GRID_STRIDE(i, N * C) {
+    const int64_t id = ids[i / C];
+    if (id >= 0 && id < V) atomicAdd(&dtable[id * C + i % C], dout[i]);
+  }
+}
+// The deterministic embedding gradient: the positions sorted by id with a stable radix sort (keys: the id, or V
+// for an id outside the table), then one block per distinct id adds its positions' rows in position order into
+// the table's row: the same bits every run, where the atomic kernel adds a repeated id in whatever order the
+// blocks happen to run.
 __global__ void k_emb_keys(const int32_t* ids, int64_t N, int64_t V, uint32_t* keys, int32_t* pos) {
   GRID_STRIDE(i, N) {
     const int32_t id = ids[i];
@@ -1427,6 +1433,10 @@ class CudaBackend : public Backend {
     LAUNCH(k_emb_fwd, N * C, ids, table, out, N, C, V);
   }
   void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) override {
+    if (!deterministic_) {
+      LAUNCH(k_emb_bwd, N * C, ids, dout, dtable, N, C, V);
+      return;
+    }
     if (N <= 0) return;
     ZR_CHECK(N <= INT32_MAX && V < INT32_MAX, "embedding backward: ", N, " positions / ", V, " ids exceed int32");
     DevBuf<uint32_t> keys(static_cast<size_t>(2 * N), false);
@@ -1769,8 +1779,8 @@ class CudaBackend : public Backend {
   // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
   // two atomic-free kernels (7 products, dQ the same bits every run).
   bool attn_atomics_ = true;
-  // ZERORUN_DETERMINISTIC=1 / set_deterministic: attention's backward atomic-free, the one kernel that otherwise
-  // adds in a varying order, so a run gives the same bits every time.
+  // ZERORUN_DETERMINISTIC=1 / set_deterministic: the embedding gradient through a sort instead of atomics, and
+  // attention's backward atomic-free, so a run gives the same bits every time.
   bool deterministic_ = false;
   std::unique_ptr<LtGemm> lt_;
   cublasHandle_t h_{};

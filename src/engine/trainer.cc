@@ -109,8 +109,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   spdlog::info("{}", engine.memory_report());  // every rank: its own shard sizes
   if (lead && gpu && kernels::backend(cfg.device).deterministic())
     spdlog::info(
-        "deterministic GPU kernels (ZERORUN_DETERMINISTIC=1): attention's backward without atomics; the run gives "
-        "the same bits every time");
+        "deterministic GPU kernels (ZERORUN_DETERMINISTIC=1): the embedding gradient through a sort, attention's "
+        "backward without atomics; the run gives the same bits every time");
   if (lead && engine.cuda_graphs())
     spdlog::info(
         "CUDA graphs: each micro-batch's forward + backward is replayed from a graph after the first step "

@@ -284,12 +284,14 @@ TEST_CASE("tensor-core attention backward: the one-kernel path (dQ by atomics) e
   }
 }
 
-TEST_CASE("the embedding gradient (by sort) matches the CPU and is the same bits every run", "[cuda]") {
+TEST_CASE("deterministic mode: the embedding gradient by sort matches the CPU and is the same bits every run",
+          "[cuda]") {
   // Many repeats of few ids (up to ~500 rows into one), ids outside the table (skipped), a table that already
   // holds a gradient (added to); 16-byte rows (C = 768) and 4-byte ones (C = 50).
   auto& gpu = kernels::backend(kGpu);
   auto& cpu = kernels::cpu_backend();
   Rng r(8);
+  const bool was = gpu.deterministic();
   for (int64_t C : {768, 50}) {
     const int64_t N = 5000, V = 11;
     Tensor id = ids({N}, V, r), dout = rnd({N, C}, r), start = rnd({V, C}, r);
@@ -303,15 +305,17 @@ TEST_CASE("the embedding gradient (by sort) matches the CPU and is the same bits
     cpu.embedding_bwd(ok_ids.i32(), ok_dout.f32(), want.f32(), N, C, V);
     Tensor idg = id.to(kGpu), doutg = dout.to(kGpu);
     Tensor first;
-    for (int run = 0; run < 2; ++run) {
+    for (int mode = 0; mode < 3; ++mode) {  // deterministic twice, then atomics
+      gpu.set_deterministic(mode < 2);
       Tensor got = start.to(kGpu);
       gpu.embedding_bwd(idg.i32(), doutg.f32(), got.f32(), N, C, V);
-      close(want, got, 2e-6, "embedding backward, C " + std::to_string(C));
+      close(want, got, 2e-6, "embedding backward, C " + std::to_string(C) + (mode < 2 ? ", by sort" : ", atomics"));
       Tensor h = got.to(Device::cpu());
-      if (run == 0) first = h;
-      if (run == 1) REQUIRE(std::memcmp(first.raw(), h.raw(), h.nbytes()) == 0);
+      if (mode == 0) first = h;
+      if (mode == 1) REQUIRE(std::memcmp(first.raw(), h.raw(), h.nbytes()) == 0);
     }
   }
+  gpu.set_deterministic(was);
 }
 
 TEST_CASE("cuda ops match cpu ops", "[cuda]") {
