@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "zerorun/build_info.h"
 #include "zerorun/comm.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
@@ -236,6 +237,21 @@ class NcclComm : public Communicator {
 };
 
 }  // namespace
+
+std::string nccl_report() {
+  try {
+    const Nccl& n = nccl();
+    int v = 0;
+    n.GetVersion(&v);  // major * 10000 + minor * 100 + patch since 2.9
+    std::string where = "?";
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(n.GetVersion), &info) && info.dli_fname) where = info.dli_fname;
+    return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) + " (" +
+           where + ")";
+  } catch (const Error& e) {
+    return std::string("not loadable -- GPU runs with several ranks need it (or --comm mpi): ") + e.what();
+  }
+}
 
 std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator> host) {
   return std::make_unique<NcclComm>(std::move(host));

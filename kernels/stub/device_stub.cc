@@ -3,7 +3,9 @@
 
 namespace zerorun {
 bool built_with_cuda() { return false; }
-GpuInfo query_gpus() { return {0, "CUDA support not built (no CUDA toolkit found at configure time)", "none"}; }
+GpuInfo query_gpus() { return {0, "CUDA support not built (no CUDA toolkit found at configure time)", "none", "", ""}; }
+std::string nccl_report() { return "not used (CPU-only build)"; }
+std::string gpu_arch_problem(int) { return ""; }
 }  // namespace zerorun
 
 #include "zerorun/cuda_rt.h"

@@ -5,11 +5,27 @@
 #include <mpi.h>
 #include <omp.h>
 
+#include <cstdlib>
 #include <sstream>
 
 extern "C" char* openblas_get_config(void);
 
 namespace zerorun {
+
+bool cuda_archs_run_on(const std::string& archs, int sm) {
+  if (archs.empty()) return true;
+  std::stringstream ss(archs);
+  std::string a;
+  while (std::getline(ss, a, ';')) {
+    const bool real_only = a.size() > 5 && a.compare(a.size() - 5, 5, "-real") == 0;
+    const bool virt_only = a.size() > 8 && a.compare(a.size() - 8, 8, "-virtual") == 0;
+    const int v = std::atoi(a.c_str());
+    if (v <= 0) return true;  // "native", "all", "all-major", OFF: nvcc chose; cannot tell, let CUDA decide
+    if (!virt_only && v == sm) return true;  // code for this GPU
+    if (!real_only && v <= sm) return true;  // PTX the driver compiles for it
+  }
+  return false;
+}
 
 std::string build_report() {
   std::ostringstream os;
@@ -29,6 +45,12 @@ std::string build_report() {
   GpuInfo g = query_gpus();
   os << "CUDA backend ........ " << (built_with_cuda() ? "yes" : "no") << "\n";
   os << "CUDA runtime ........ " << g.runtime_version << "\n";
+  if (built_with_cuda()) {
+    os << "kernels built for ... CUDA_ARCHITECTURES " << g.archs << "\n";
+    os << "cuBLAS(Lt) .......... " << g.cublas_version << "\n";
+    os << "cuDNN ............... not used (attention and every other op are zerorun's own kernels)\n";
+  }
+  os << "NCCL ................ " << nccl_report() << "\n";
   os << "GPUs seen ........... " << g.count << "\n";
   if (!g.summary.empty()) os << "  " << g.summary << (g.summary.back() == '\n' ? "" : "\n");
   return os.str();

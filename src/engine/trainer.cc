@@ -74,6 +74,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     ZR_CHECK(cuda::available(), "--device cuda: no GPU is visible",
              built_with_cuda() ? "" : " (this zerorun was built without CUDA)");
     const int gi = gpu_for_rank(o);
+    const std::string arch = gpu_arch_problem(gi);
+    ZR_CHECK(arch.empty(), arch);
     cuda::set_device(gi);
     cfg.device = Device::cuda(gi);
   }
