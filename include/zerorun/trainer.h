@@ -24,6 +24,9 @@ struct TrainOptions {
 
 // This process's rank on its node (from the MPI launcher's environment).
 int local_rank();
+// This process's rank in the job, from the launcher's environment (0 when not started by one): for messages
+// written before (or without) a communicator.
+int launcher_rank();
 // The GPU this rank trains on: its local rank (NCCL), or that modulo the GPUs visible with --comm mpi.
 int gpu_for_rank(const TrainOptions& o);
 // This process's communicator: MPI under an MPI launcher (NCCL or host-staged MPI for GPU buffers), else one rank.

@@ -1758,9 +1758,9 @@ class CudaBackend : public Backend {
     ZR_CUDA(cudaGetDevice(&d));
     return d;
   }
-  // The blocks of 256 threads of `kernel` the GPU runs at once (SMs x blocks an SM; at least 1), worked out on a
-  // kernel's first launch and kept.
-  // With up to `smem` bytes of dynamic shared memory (the same for every launch of the kernel), allowed on first use.
+  // The blocks of 256 threads of `kernel` the GPU runs at once (SMs x blocks an SM; at least 1) with `smem` bytes
+  // of dynamic shared memory (the most any launch of it takes, allowed here), worked out on its first launch and
+  // kept.
   template <class K>
   int64_t wave_blocks(K kernel, size_t smem = 0) {
     auto [it, fresh] = waves_.try_emplace(reinterpret_cast<const void*>(kernel), 0);

@@ -26,14 +26,10 @@ GpuInfo query_gpus() {
   for (int i = 0; i < n; ++i) {
     cudaDeviceProp p{};
     cudaGetDeviceProperties(&p, i);
-    const int sm = p.major * 10 + p.minor;
-    g.summary += "cuda:" + std::to_string(i) + " " + p.name + ", sm_" + std::to_string(sm) + ", " +
+    const std::string problem = gpu_arch_problem(i);
+    g.summary += "cuda:" + std::to_string(i) + " " + p.name + ", sm_" + std::to_string(p.major * 10 + p.minor) + ", " +
                  std::to_string(p.totalGlobalMem >> 20) + " MiB" +
-                 (cuda_archs_run_on(g.archs, sm) ? ""
-                                                 : "  <- NOT covered by this build's kernels: rebuild with "
-                                                   "-DCMAKE_CUDA_ARCHITECTURES=" +
-                                                       std::to_string(sm)) +
-                 "\n";
+                 (problem.empty() ? "" : "  <- NOT USABLE: " + problem) + "\n";
   }
   return g;
 }

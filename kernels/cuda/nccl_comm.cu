@@ -94,8 +94,6 @@ int nccl_type(DType dt) {
   }
 }
 
-bool on_device(const void* p) { return cuda::is_device_pointer(p); }
-
 // NCCL refuses two ranks of one communicator on the same GPU with a bare "invalid usage"; name them instead.
 void check_one_gpu_per_rank(Communicator& host) {
   const int W = host.size();
@@ -180,7 +178,7 @@ class NcclComm : public Communicator {
     return h;
   }
   void do_all_reduce(void* buf, int64_t n, DType dt, ReduceOp op) override {
-    if (!on_device(buf)) return host_->all_reduce(buf, n, dt, op);
+    if (!cuda::is_device_pointer(buf)) return host_->all_reduce(buf, n, dt, op);
     order_after_compute();
     nccl_check(nccl().AllReduce(buf, buf, static_cast<size_t>(n), nccl_type(dt),
                                 op == ReduceOp::Max ? kNcclMax : kNcclSum, comm_, stream_),
@@ -188,40 +186,40 @@ class NcclComm : public Communicator {
     finish();
   }
   void do_reduce_scatter(const void* s, void* r, int64_t n, DType dt) override {
-    if (!on_device(s)) return host_->reduce_scatter(s, r, n, dt);
+    if (!cuda::is_device_pointer(s)) return host_->reduce_scatter(s, r, n, dt);
     order_after_compute();
     nccl_check(nccl().ReduceScatter(s, r, static_cast<size_t>(n), nccl_type(dt), kNcclSum, comm_, stream_),
                "reduce_scatter");
     finish();
   }
   void do_all_gather(const void* s, void* r, int64_t n, DType dt) override {
-    if (!on_device(r)) return host_->all_gather(s, r, n, dt);
+    if (!cuda::is_device_pointer(r)) return host_->all_gather(s, r, n, dt);
     order_after_compute();
     nccl_check(nccl().AllGather(s, r, static_cast<size_t>(n), nccl_type(dt), comm_, stream_), "all_gather");
     finish();
   }
   void do_broadcast(void* buf, int64_t n, DType dt, int root) override {
-    if (!on_device(buf)) return host_->broadcast(buf, n, dt, root);
+    if (!cuda::is_device_pointer(buf)) return host_->broadcast(buf, n, dt, root);
     order_after_compute();
     nccl_check(nccl().Broadcast(buf, buf, static_cast<size_t>(n), nccl_type(dt), root, comm_, stream_), "broadcast");
     finish();
   }
   void do_barrier() override { host_->barrier(); }
   std::unique_ptr<CommHandle> do_all_gather_async(const void* s, void* r, int64_t n, DType dt) override {
-    if (!on_device(r)) return host_->all_gather_async(s, r, n, dt);
+    if (!cuda::is_device_pointer(r)) return host_->all_gather_async(s, r, n, dt);
     order_after_compute();
     nccl_check(nccl().AllGather(s, r, static_cast<size_t>(n), nccl_type(dt), comm_, stream_), "all_gather_async");
     return finish_async();
   }
   std::unique_ptr<CommHandle> do_reduce_scatter_async(const void* s, void* r, int64_t n, DType dt) override {
-    if (!on_device(s)) return host_->reduce_scatter_async(s, r, n, dt);
+    if (!cuda::is_device_pointer(s)) return host_->reduce_scatter_async(s, r, n, dt);
     order_after_compute();
     nccl_check(nccl().ReduceScatter(s, r, static_cast<size_t>(n), nccl_type(dt), kNcclSum, comm_, stream_),
                "reduce_scatter_async");
     return finish_async();
   }
   std::unique_ptr<CommHandle> do_all_reduce_async(void* buf, int64_t n, DType dt, ReduceOp op) override {
-    if (!on_device(buf)) return host_->all_reduce_async(buf, n, dt, op);
+    if (!cuda::is_device_pointer(buf)) return host_->all_reduce_async(buf, n, dt, op);
     order_after_compute();
     nccl_check(nccl().AllReduce(buf, buf, static_cast<size_t>(n), nccl_type(dt),
                                 op == ReduceOp::Max ? kNcclMax : kNcclSum, comm_, stream_),

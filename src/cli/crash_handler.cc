@@ -12,13 +12,14 @@
 #include <cstring>
 #include <initializer_list>
 
+#include "zerorun/trainer.h"
+
 namespace zerorun {
 namespace {
 void on_fatal(int sig) {
   char head[160];
-  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  int n = std::snprintf(head, sizeof head, "[zerorun] fatal signal %d (%s) in pid %d, rank %s; backtrace:\n", sig,
-                        strsignal(sig), static_cast<int>(getpid()), rank ? rank : "0");
+  int n = std::snprintf(head, sizeof head, "[zerorun] fatal signal %d (%s) in pid %d, rank %d; backtrace:\n", sig,
+                        strsignal(sig), static_cast<int>(getpid()), launcher_rank());
   if (n > 0) (void)!write(STDERR_FILENO, head, static_cast<size_t>(n));
   void* frames[64];
   int k = backtrace(frames, 64);

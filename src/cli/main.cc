@@ -219,11 +219,8 @@ int main(int argc, char** argv) {
         // finalise) for it, so exiting alone would leave them hanging. Before the communicator exists
         // (choosing this rank's GPU), the rank comes from the launcher's environment.
         if (comm ? comm->size() > 1 : launched_by_mpi()) {
-          const char* env_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-          if (!env_rank) env_rank = std::getenv("PMI_RANK");
-          if (!env_rank) env_rank = std::getenv("SLURM_PROCID");
           const std::string who = comm ? std::to_string(comm->rank()) + " of " + std::to_string(comm->size())
-                                       : std::string(env_rank ? env_rank : "?");
+                                       : std::to_string(launcher_rank());
           std::fprintf(stderr, "zerorun: error on rank %s: %s\n", who.c_str(), e.what());
           std::fflush(stderr);
           mpi_abort_job(1);

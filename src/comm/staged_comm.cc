@@ -3,7 +3,6 @@
 // back before the call returns. Slower than NCCL, but it needs no NCCL and lets several ranks share one GPU,
 // which NCCL refuses ("invalid usage"): the multi-rank ZeRO paths of the GPU engine can then run on a machine
 // with a single GPU. Host buffers go straight to the host communicator. Asynchronous forms complete at once.
-#include <cstring>
 #include <vector>
 
 #include "zerorun/comm.h"

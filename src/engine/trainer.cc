@@ -36,6 +36,12 @@ int local_rank() {
   return 0;
 }
 
+int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
+
 int gpu_for_rank(const TrainOptions& o) {
   const int local = local_rank(), n = cuda::device_count();
   ZR_CHECK(n > 0, "--device cuda: no GPU is visible",
@@ -71,9 +77,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   ZR_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device, "'");
   const bool gpu = o.device == "cuda";
   if (gpu) {
-    ZR_CHECK(cuda::available(), "--device cuda: no GPU is visible",
-             built_with_cuda() ? "" : " (this zerorun was built without CUDA)");
-    const int gi = gpu_for_rank(o);
+    const int gi = gpu_for_rank(o);  // fails when no GPU is visible
     const std::string arch = gpu_arch_problem(gi);
     ZR_CHECK(arch.empty(), arch);
     cuda::set_device(gi);
