@@ -761,9 +761,14 @@ __global__ void k_emb_bwd(const int32_t* ids, const float* dout, float* dtable, 
   }
 }
 // The deterministic embedding gradient: the positions sorted by id with a stable radix sort (keys: the id, or V
-// for an id outside the table), then one block per distinct id adds its positions' rows in position order into
-// the table's row: the same bits every run, where the atomic kernel adds a repeated id in whatever order the
-// blocks happen to run.
+// for an id outside the table), then fixed chunks of kEmbChunk sorted positions, one block each, add every run of
+// one id in position order. A run that lies inside its chunk goes straight into the table's row (no other block
+// writes that row). A run that crosses a chunk boundary leaves its chunk's partial sum (slot 0: the chunk's first
+// run, slot 1: its last), and k_emb_bwd_spans, one block for the chunk where such a run starts, adds those
+// partials in chunk order into the row. The same bits every run, where the atomic kernel adds a repeated id in
+// whatever order the blocks happen to run; and a token filling most of the batch is split over many blocks
+// instead of making one block a long tail.
+constexpr int64_t kEmbChunk = 32;
 __global__ void k_emb_keys(const int32_t* ids, int64_t N, int64_t V, uint32_t* keys, int32_t* pos) {
   GRID_STRIDE(i, N) {
     const int32_t id = ids[i];
@@ -771,31 +776,71 @@ __global__ void k_emb_keys(const int32_t* ids, int64_t N, int64_t V, uint32_t* k
     pos[i] = static_cast<int32_t>(i);
   }
 }
-template <bool V4>  // V4: C % 4 == 0 and dout, dtable 16-byte aligned
-__global__ void k_emb_bwd_sorted(const uint32_t* key, const int32_t* pos, const float* dout, float* dtable, int64_t N,
-                                 int64_t C, int64_t V) {
-  for (int64_t i = blockIdx.x; i < N; i += gridDim.x) {
-    const uint32_t id = key[i];
-    if (id >= V || (i > 0 && key[i - 1] == id)) continue;  // not the first position of its id
-    int64_t end = i + 1;
-    while (end < N && key[end] == id) ++end;
-    if (V4) {
-      float4* row = reinterpret_cast<float4*>(dtable + id * C);
-      for (int64_t c = threadIdx.x; c < C / 4; c += blockDim.x) {
-        float4 s = row[c];
-        for (int64_t j = i; j < end; ++j) {
-          const float4 d = reinterpret_cast<const float4*>(dout + static_cast<int64_t>(pos[j]) * C)[c];
-          s.x += d.x, s.y += d.y, s.z += d.z, s.w += d.w;
+// Column group c of a row as VEC floats (VEC = 4: C % 4 == 0 and 16-byte aligned rows).
+template <int VEC>
+struct EmbCols {
+  using T = std::conditional_t<VEC == 4, float4, float>;
+  static __device__ T zero() {
+    if constexpr (VEC == 4)
+      return make_float4(0.f, 0.f, 0.f, 0.f);
+    else
+      return 0.f;
+  }
+  static __device__ void add(T& s, const T& d) {
+    if constexpr (VEC == 4)
+      s.x += d.x, s.y += d.y, s.z += d.z, s.w += d.w;
+    else
+      s += d;
+  }
+};
+template <int VEC>
+__global__ void k_emb_bwd_chunks(const uint32_t* key, const int32_t* pos, const float* dout, float* dtable, float* part,
+                                 int64_t N, int64_t C, int64_t V) {
+  using Ops = EmbCols<VEC>;
+  using T = typename Ops::T;
+  const int64_t cols = C / VEC;
+  for (int64_t b = blockIdx.x; b * kEmbChunk < N; b += gridDim.x) {
+    const int64_t lo = b * kEmbChunk, hi = lo + kEmbChunk < N ? lo + kEmbChunk : N;
+    const uint32_t first = key[lo], last = key[hi - 1];
+    const bool head_span = lo > 0 && key[lo - 1] == first, tail_span = hi < N && key[hi] == last;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      T s = Ops::zero();
+      for (int64_t j = lo; j < hi; ++j) {
+        Ops::add(s, reinterpret_cast<const T*>(dout + static_cast<int64_t>(pos[j]) * C)[c]);
+        const uint32_t id = key[j];
+        if (j + 1 < hi && key[j + 1] == id) continue;  // the run goes on
+        if (id < V) {
+          const bool is_first = id == first;
+          if ((is_first && head_span) || (id == last && tail_span))
+            reinterpret_cast<T*>(part + (2 * b + (is_first ? 0 : 1)) * C)[c] = s;
+          else
+            Ops::add(reinterpret_cast<T*>(dtable + id * C)[c], s);
         }
-        row[c] = s;
+        s = Ops::zero();
       }
-    } else {
-      float* row = dtable + id * C;
-      for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-        float s = row[c];
-        for (int64_t j = i; j < end; ++j) s += dout[static_cast<int64_t>(pos[j]) * C + c];
-        row[c] = s;
+    }
+  }
+}
+template <int VEC>
+__global__ void k_emb_bwd_spans(const uint32_t* key, const float* part, float* dtable, int64_t N, int64_t C,
+                                int64_t V) {
+  using Ops = EmbCols<VEC>;
+  using T = typename Ops::T;
+  const int64_t cols = C / VEC;
+  for (int64_t b = blockIdx.x; b * kEmbChunk < N; b += gridDim.x) {
+    const int64_t lo = b * kEmbChunk, hi = lo + kEmbChunk < N ? lo + kEmbChunk : N;
+    const uint32_t id = key[hi - 1];
+    if (id >= V || hi >= N || key[hi] != id) continue;           // the last run ends here: written by its chunk
+    if (key[lo] == id && lo > 0 && key[lo - 1] == id) continue;  // the run started in an earlier chunk
+    const int64_t slot = key[lo] == id ? 0 : 1;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      T s = reinterpret_cast<const T*>(part + (2 * b + slot) * C)[c];
+      for (int64_t k = b + 1;; ++k) {  // chunk k starts with the run: its slot 0
+        Ops::add(s, reinterpret_cast<const T*>(part + 2 * k * C)[c]);
+        const int64_t next = (k + 1) * kEmbChunk;
+        if (next >= N || key[next] != id) break;
       }
+      Ops::add(reinterpret_cast<T*>(dtable + id * C)[c], s);
     }
   }
 }
@@ -1450,11 +1495,18 @@ class CudaBackend : public Backend {
     DevBuf<unsigned char> scratch(std::max<size_t>(temp, 1), false);
     ZR_CUDA(cub::DeviceRadixSort::SortPairs(scratch.p, temp, keys.p, keys.p + N, pos.p, pos.p + N, static_cast<int>(N),
                                             0, bits, cuda::stream()));
-    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(N, 65535));
-    if (C % 4 == 0 && aligned16(dout) && aligned16(dtable))
-      k_emb_bwd_sorted<true><<<grid, 128, 0, cuda::stream()>>>(keys.p + N, pos.p + N, dout, dtable, N, C, V);
-    else
-      k_emb_bwd_sorted<false><<<grid, 128, 0, cuda::stream()>>>(keys.p + N, pos.p + N, dout, dtable, N, C, V);
+    const int64_t chunks = (N + kEmbChunk - 1) / kEmbChunk;
+    DevBuf<float> part(static_cast<size_t>(2 * chunks * C), false);
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(chunks, 65535));
+    const unsigned threads =
+        static_cast<unsigned>(std::clamp<int64_t>((C % 4 == 0 ? C / 4 : C + 31) / 32 * 32, 32, 256));
+    if (C % 4 == 0 && aligned16(dout) && aligned16(dtable)) {
+      k_emb_bwd_chunks<4><<<grid, threads, 0, cuda::stream()>>>(keys.p + N, pos.p + N, dout, dtable, part.p, N, C, V);
+      k_emb_bwd_spans<4><<<grid, threads, 0, cuda::stream()>>>(keys.p + N, part.p, dtable, N, C, V);
+    } else {
+      k_emb_bwd_chunks<1><<<grid, threads, 0, cuda::stream()>>>(keys.p + N, pos.p + N, dout, dtable, part.p, N, C, V);
+      k_emb_bwd_spans<1><<<grid, threads, 0, cuda::stream()>>>(keys.p + N, part.p, dtable, N, C, V);
+    }
     ZR_CUDA(cudaGetLastError());
   }
   void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) override {

@@ -286,19 +286,29 @@ TEST_CASE("tensor-core attention backward: the one-kernel path (dQ by atomics) e
 
 TEST_CASE("deterministic mode: the embedding gradient by sort matches the CPU and is the same bits every run",
           "[cuda]") {
-  // Many repeats of few ids (up to ~500 rows into one), ids outside the table (skipped), a table that already
-  // holds a gradient (added to); 16-byte rows (C = 768) and 4-byte ones (C = 50).
+  // Many repeats of few ids (up to ~500 rows into one, over many 32-position chunks), one id filling 40% of the
+  // batch among many that appear once or twice (runs inside a chunk and runs across chunk edges), fewer positions
+  // than one chunk, ids outside the table (skipped), a table that already holds a gradient (added to); 16-byte
+  // rows (C = 768) and 4-byte ones (C = 50).
   auto& gpu = kernels::backend(kGpu);
   auto& cpu = kernels::cpu_backend();
   Rng r(8);
   const bool was = gpu.deterministic();
-  for (int64_t C : {768, 50}) {
-    const int64_t N = 5000, V = 11;
+  struct Shape {
+    int64_t C, N, V;
+    bool heavy;
+  };
+  for (const Shape& sh : {Shape{768, 5000, 11, false}, Shape{50, 5000, 11, false}, Shape{768, 4099, 3000, true},
+                          Shape{50, 4099, 3000, true}, Shape{768, 21, 2, false}}) {
+    const int64_t C = sh.C, N = sh.N, V = sh.V;
     Tensor id = ids({N}, V, r), dout = rnd({N, C}, r), start = rnd({V, C}, r);
-    id.i32()[7] = static_cast<int32_t>(V), id.i32()[4001] = -3;
+    if (sh.heavy)
+      for (int64_t n = 0; n < N; ++n)
+        if (n % 5 < 2) id.i32()[n] = 17;
+    id.i32()[7] = static_cast<int32_t>(V), id.i32()[std::min<int64_t>(4001, N - 1)] = -3;
     Tensor want = start.clone(MemCategory::Buffers);  // the CPU kernel takes checked ids only: skip the others here
     Tensor ok_ids = id.clone(MemCategory::Buffers), ok_dout = dout.clone(MemCategory::Buffers);
-    for (int64_t n : {7, 4001}) {
+    for (int64_t n : {int64_t{7}, std::min<int64_t>(4001, N - 1)}) {
       ok_ids.i32()[n] = 0;
       for (int64_t c = 0; c < C; ++c) ok_dout.f32()[n * C + c] = 0.f;
     }
@@ -309,7 +319,9 @@ TEST_CASE("deterministic mode: the embedding gradient by sort matches the CPU an
       gpu.set_deterministic(mode < 2);
       Tensor got = start.to(kGpu);
       gpu.embedding_bwd(idg.i32(), doutg.f32(), got.f32(), N, C, V);
-      close(want, got, 2e-6, "embedding backward, C " + std::to_string(C) + (mode < 2 ? ", by sort" : ", atomics"));
+      close(want, got, 2e-6,
+            "embedding backward, C " + std::to_string(C) + ", N " + std::to_string(N) + ", V " + std::to_string(V) +
+                (mode < 2 ? ", by sort" : ", atomics"));
       Tensor h = got.to(Device::cpu());
       if (mode == 0) first = h;
       if (mode == 1) REQUIRE(std::memcmp(first.raw(), h.raw(), h.nbytes()) == 0);
