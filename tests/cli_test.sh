@@ -119,6 +119,13 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
     "$ZR" --num_gpus 2 --config c.json gpt.bin --steps 1 --device cuda
 fi
 expect_fail "--comm: unknown value" "--comm: gloo not in {nccl,mpi}" "$ZR" --config c.json gpt.bin --steps 1 --comm gloo
+# --device auto (the default) on a machine without a GPU (ctest hides any GPU from the CPU tests): the CPU, said
+# in the log, on one rank and on two; a bad device is a usage error naming the choices.
+expect_ok "no --device: cpu, and the log says why" "device: cpu \(auto: (no GPU visible|this zerorun is built without CUDA)\)" \
+  env CUDA_VISIBLE_DEVICES= "$ZR" --config c.json gpt.bin --steps 1 --seq_len 32
+expect_ok "no --device on 2 ranks: cpu" "device: cpu \(auto" \
+  env CUDA_VISIBLE_DEVICES= "$ZR" --num_gpus 2 --config c.json gpt.bin --steps 1 --seq_len 32
+expect_fail "--device: unknown value" "--device: tpu not in {auto,cpu,cuda}" "$ZR" --config c.json gpt.bin --device tpu
 
 # Two "nodes" through mpirun's remote-launch path (fake rsh agent), vs one rank.
 printf 'nodeA slots=2\nnodeB slots=1  # second node\n' >hosts

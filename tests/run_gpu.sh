@@ -111,6 +111,19 @@ if [[ -n "${W:-}" ]]; then
     fi
   done
 fi
+# Out of GPU memory (GPT-2 124M at micro batch 512): a non-zero exit within the timeout, and the error says what
+# the block was for, what the rank holds and how to fit.
+if [[ -n "${W:-}" ]]; then
+  "$BIN/zerorun" init --arch gpt2 --vocab 50304 --n_ctx 1024 --n_embd 768 --n_layer 12 --n_head 12 -o "$W/big.bin" >/dev/null
+  echo '{"train_micro_batch_size_per_gpu": 512, "bf16": {"enabled": true}}' >"$W/oom.json"
+  timeout 180 "$BIN/zerorun" --device cuda --config "$W/oom.json" "$W/big.bin" --steps 2 >"$W/oom.out" 2>&1
+  orc=$?
+  if [[ $orc -ne 0 && $orc -ne 124 ]] && grep -q "out of GPU memory on cuda:0 allocating .* for " "$W/oom.out" &&
+    grep -q "train_micro_batch_size_per_gpu" "$W/oom.out"; then
+    echo "ok   - out of GPU memory: rc=$orc, $(grep -o 'out of GPU memory[^;]*;[^;]*' "$W/oom.out" | head -1)"
+  else echo "FAIL - out of GPU memory: rc=$orc"; tail -3 "$W/oom.out"; rc=1; fi
+  rm -f "$W/big.bin"
+fi
 # Several ranks on one GPU: --comm mpi stages the collectives through host memory (NCCL needs a GPU per rank), so
 # the GPU engine's multi-rank ZeRO paths run here too: ZeRO-0..3 on 2 ranks vs 1 rank, fp32 (losses and final
 # weights within 1e-5) and bf16 (losses within 1e-2).
@@ -179,5 +192,19 @@ if [[ -n "${W:-}" ]]; then
   if [[ $st -ne 0 && $st -lt 124 ]] && grep -q "ranks 0 and 1 both use GPU" <<<"$out"; then
     echo "ok   - ranks sharing a GPU under NCCL: $(grep -o 'ranks 0 and 1 both use GPU [^(]*' <<<"$out" | head -1)"
   else echo "FAIL - ranks sharing a GPU under NCCL: rc $st"; tail -3 <<<"$out"; rc=1; fi
+  # --device auto (the default): the GPU here, said in the log; and a job where one rank sees no GPU is an error
+  # on every rank, not a job training half on the CPU.
+  out=$(timeout 120 "$BIN/zerorun" --config "$W/c.json" "$W/m.bin" --steps 2 --seq_len 64 2>&1); st=$?
+  if [[ $st -eq 0 ]] && grep -q "device: cuda (auto: 1 GPU(s) visible" <<<"$out" && grep -q "device peak" <<<"$out"; then
+    echo "ok   - no --device: $(grep -o 'device: cuda ([^;]*' <<<"$out")"
+  else echo "FAIL - no --device on a GPU machine: rc $st"; tail -3 <<<"$out"; rc=1; fi
+  out=$(timeout 60 mpirun --allow-run-as-root --oversubscribe -x LD_LIBRARY_PATH -x OMPI_MCA_btl \
+    -x OMPI_MCA_btl_vader_single_copy_mechanism -np 1 "$BIN/zerorun" train "$W/m.bin" --config "$W/c.json" --comm mpi \
+    --steps 1 : -np 1 env CUDA_VISIBLE_DEVICES= "$BIN/zerorun" train "$W/m.bin" --config "$W/c.json" --comm mpi \
+    --steps 1 2>&1)
+  st=$?
+  if [[ $st -ne 0 && $st -lt 124 ]] && grep -q "1 of 2 ranks see no GPU" <<<"$out"; then
+    echo "ok   - --device auto, one rank without a GPU: rc $st, $(grep -o 'error on rank [^:]*: --device auto[^;]*' <<<"$out" | head -1)"
+  else echo "FAIL - --device auto with one rank without a GPU: rc $st"; tail -3 <<<"$out"; rc=1; fi
 fi
 exit $rc

@@ -15,8 +15,9 @@ void set_device(int index);
 int current_device();
 std::string pci_bus_id(int device);     // "0000:19:00.0": the same GPU however CUDA_VISIBLE_DEVICES numbers it
 bool is_device_pointer(const void* p);  // memory on a GPU (false for host, pinned host and unknown pointers)
-// Caching allocator: freed blocks are kept for reuse by size class.
-void* device_alloc(size_t bytes, int device);
+// Caching allocator: freed blocks are kept for reuse by size class. Out of memory, the error says what the block
+// was for (`what`, e.g. "params"), what this rank holds per category, and how to fit.
+void* device_alloc(size_t bytes, int device, const char* what = "scratch");
 void device_free(void* p, size_t bytes, int device);
 void device_memset0(void* p, size_t bytes);
 void device_fill_ff(void* p, size_t bytes);           // every byte 0xFF (NaN in f32/bf16/f16): poisoned memory

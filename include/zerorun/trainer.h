@@ -16,7 +16,10 @@ struct TrainOptions {
   std::string final_weights;
   std::string resume;  // "latest", a tag in save_dir, or a checkpoint directory  // write the trained fp32 weights
                        // (safetensors) here
-  std::string device = "cpu";
+  // "cpu", "cuda", or "auto" (the default): cuda when every rank sees a GPU, cpu when none does (and this zerorun
+  // may be built without CUDA); ranks that disagree are an error. make_train_comm resolves it in place.
+  std::string device = "auto";
+  std::string device_note;  // how "auto" was resolved, for the log
   // Collectives on GPU buffers with several ranks: "" or "nccl" (NCCL, one GPU per rank) or "mpi" (staged through
   // host memory over MPI; ranks may share a GPU).
   std::string comm;
@@ -30,8 +33,8 @@ int launcher_rank();
 // The GPU this rank trains on: its local rank (NCCL), or that modulo the GPUs visible with --comm mpi.
 int gpu_for_rank(const TrainOptions& o);
 // This process's communicator: MPI under an MPI launcher (NCCL or host-staged MPI for GPU buffers), else one rank.
-// Selects this rank's GPU first when it trains on one.
-std::unique_ptr<Communicator> make_train_comm(const TrainOptions& o);
+// Resolves o.device "auto" (agreed by all ranks) and selects this rank's GPU first when it trains on one.
+std::unique_ptr<Communicator> make_train_comm(TrainOptions& o);
 // Returns the process exit code (0 on success); throws Error on bad input.
 int run_training(const TrainOptions& o, Communicator& comm);
 

@@ -23,7 +23,7 @@ LtGemm::LtGemm() {
   ZR_CUBLAS(cublasLtCreate(&h_));
   workspace_bytes_ = 32u << 20;
   ZR_CUDA(cudaGetDevice(&dev_));
-  workspace_ = cuda::device_alloc(workspace_bytes_, dev_);
+  workspace_ = cuda::device_alloc(workspace_bytes_, dev_, "the cuBLASLt workspace");
 }
 
 LtGemm::~LtGemm() {

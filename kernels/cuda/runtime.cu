@@ -9,6 +9,7 @@
 
 #include "cuda_check.h"
 #include "zerorun/cuda_rt.h"
+#include "zerorun/memory.h"
 
 namespace zerorun::cuda {
 namespace {
@@ -133,7 +134,7 @@ void fetch(void* host, const void* dev, size_t bytes) {
   ZR_CUDA(cudaStreamSynchronize(stream()));
 }
 
-void* device_alloc(size_t bytes, int device) {
+void* device_alloc(size_t bytes, int device, const char* what) {
   size_t r = round_size(bytes ? bytes : 1);
   Cache& c = cache();
   bool capturing = false;
@@ -163,11 +164,23 @@ void* device_alloc(size_t bytes, int device) {
     c.free_blocks.clear();
     e = cudaMalloc(&p, r);
   }
+  if (e != cudaSuccess && e != cudaErrorMemoryAllocation)
+    ZR_FAIL("cudaMalloc of ", bytes, " bytes (", what, ") on cuda:", device, " failed: ", cudaGetErrorString(e));
   if (e != cudaSuccess) {
+    cudaGetLastError();
     size_t fr = 0, tot = 0;
     cudaMemGetInfo(&fr, &tot);
-    ZR_FAIL("out of GPU memory on cuda:", device, " allocating ", bytes, " bytes (", fr >> 20, " MiB free of ",
-            tot >> 20, " MiB)");
+    const MemStats m = mem_stats(true);
+    std::string held;
+    for (size_t k = 0; k < m.current.size(); ++k)
+      held += std::string(k ? ", " : "") + mem_category_name(static_cast<MemCategory>(k)) + " " +
+              std::to_string(m.current[k] >> 20);
+    ZR_FAIL("out of GPU memory on cuda:", device, " allocating ", bytes >> 20, " MiB (", bytes, " bytes) for ", what,
+            ": ", fr >> 20, " MiB free of ", tot >> 20, " MiB; this rank holds (MiB) ", held,
+            capturing ? "" : ", and no cached blocks (given back)",
+            ". To fit: a smaller train_micro_batch_size_per_gpu (with more gradient_accumulation_steps), "
+            "activation_checkpointing, a higher zero_optimization.stage, offload_optimizer to cpu, or more ranks; "
+            "`zerorun estimate` prints the model states a rank needs");
   }
   return p;
 }

@@ -28,6 +28,8 @@ const char* kCommHelp =
     "GPU collectives with several ranks: nccl (default; one GPU per rank) or mpi (through host memory; ranks may "
     "share a GPU)";
 
+const char* kDeviceHelp = "auto (default: cuda when every rank sees a GPU, else cpu), cpu, or cuda";
+
 void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("model", o.model_path, "model.bin to train")->required();
   app->add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
@@ -38,7 +40,7 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--seed", o.seed, "data seed (overrides train.seed)");
   app->add_option("--micro_batch_size", o.micro_batch, "micro batch per rank (sets train_micro_batch_size_per_gpu)");
   app->add_option("--seq_len", o.seq_len, "sequence length for token models");
-  app->add_option("--device", o.device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_option("--device", o.device, kDeviceHelp)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app->add_option("--final_weights", o.final_weights, "write the trained fp32 weights (safetensors) here");
   app->add_option("--resume", o.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
   app->add_option("--comm", o.comm, kCommHelp)->check(CLI::IsMember({"nccl", "mpi"}));
@@ -128,7 +130,7 @@ int main(int argc, char** argv) {
   // Default: launch.
   TrainOptions launch;
   int num_gpus = 1;
-  std::string device = "cpu";
+  std::string device = "auto";
   app.add_option("model", launch.model_path, "model.bin to train");
   app.add_option("--config", launch.config_path, "DeepSpeed JSON config");
   app.add_option("--num_gpus", num_gpus, "ranks to start (one per GPU, or CPU slots with --device cpu)");
@@ -139,7 +141,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", launch.seed, "data seed");
   app.add_option("--micro_batch_size", launch.micro_batch, "micro batch per rank");
   app.add_option("--seq_len", launch.seq_len, "sequence length");
-  app.add_option("--device", device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--device", device, kDeviceHelp)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--final_weights", launch.final_weights, "write the trained fp32 weights (safetensors) here");
   app.add_option("--resume", launch.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
   app.add_option("--comm", launch.comm, kCommHelp)->check(CLI::IsMember({"nccl", "mpi"}));

@@ -67,7 +67,7 @@ bool poison_uninit() {
 
 HostBuffer::HostBuffer(size_t bytes, MemCategory cat, Device dev, bool zero) : dev_(dev), bytes_(bytes), cat_(cat) {
   if (dev.is_cuda()) {
-    ptr_ = cuda::device_alloc(bytes, dev.index);
+    ptr_ = cuda::device_alloc(bytes, dev.index, mem_category_name(cat));
     if (zero)
       cuda::device_memset0(ptr_, bytes);
     else if (poison_uninit())

@@ -52,10 +52,36 @@ int gpu_for_rank(const TrainOptions& o) {
   return local;
 }
 
-std::unique_ptr<Communicator> make_train_comm(const TrainOptions& o) {
+namespace {
+// --device auto: cuda when every rank sees a GPU, cpu when none does; a job whose ranks disagree is an error
+// (training some ranks on a GPU and others on the CPU is never what was meant).
+void resolve_auto_device(TrainOptions& o, Communicator& host) {
+  if (o.device != "auto") return;
+  const int n = cuda::device_count();  // 0 without CUDA, without a driver, or with no GPU visible
+  int have[2] = {n > 0 ? 1 : 0, n};
+  host.all_reduce(have, 2, DType::I32, ReduceOp::Sum);
+  const int world = host.size();
+  if (have[0] == 0) {
+    o.device = "cpu";
+    o.device_note = built_with_cuda() ? "auto: no GPU visible" : "auto: this zerorun is built without CUDA";
+  } else {
+    ZR_CHECK(have[0] == world, "--device auto: ", world - have[0], " of ", world, " ranks see no GPU (rank ",
+             host.rank(), " sees ", n, "); pass --device cuda or --device cpu");
+    o.device = "cuda";
+    o.device_note = world == 1 ? "auto: " + std::to_string(n) + " GPU(s) visible; --device cpu to train on the CPU"
+                               : "auto: every rank sees a GPU; --device cpu to train on the CPU";
+  }
+}
+}  // namespace
+
+std::unique_ptr<Communicator> make_train_comm(TrainOptions& o) {
   ZR_CHECK(o.comm.empty() || o.comm == "nccl" || o.comm == "mpi", "--comm must be nccl or mpi, got '", o.comm, "'");
-  ZR_CHECK(o.comm != "nccl" || o.device == "cuda", "--comm nccl needs --device cuda (CPU ranks use MPI)");
+  ZR_CHECK(o.device == "cpu" || o.device == "cuda" || o.device == "auto", "--device must be auto, cpu or cuda, got '",
+           o.device, "'");
   std::unique_ptr<Communicator> comm = launched_by_mpi() ? make_mpi_comm() : make_self_comm();
+  resolve_auto_device(o, *comm);
+  ZR_CHECK(o.comm != "nccl" || o.device == "cuda", "--comm nccl needs --device cuda (CPU ranks use MPI)",
+           o.device_note.empty() ? "" : " (" + o.device_note + ")");
   if (o.device == "cuda" && comm->size() > 1) {
     cuda::set_device(gpu_for_rank(o));  // before NCCL binds the communicator to a GPU
     comm = o.comm == "mpi" ? make_staged_comm(std::move(comm)) : make_nccl_comm(std::move(comm));
@@ -74,7 +100,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   if (o.micro_batch) cfg.micro_batch = *o.micro_batch;
   ZR_CHECK(cfg.train.steps > 0, "no number of steps: pass --steps N or set \"train\": {\"steps\": N} in ",
            o.config_path);
-  ZR_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device, "'");
+  ZR_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device,
+           "' (make_train_comm resolves auto)");
   const bool gpu = o.device == "cuda";
   if (gpu) {
     const int gi = gpu_for_rank(o);  // fails when no GPU is visible
@@ -111,6 +138,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
                  comm.size(), comm.name(), cfg.zero.stage, cfg.batch, cfg.micro, cfg.gas, comm.size(),
                  precision_name(cfg.precision), cfg.optimizer.type, cfg.optimizer.lr);
     spdlog::info("data: {}", data->describe());
+    spdlog::info("device: {}{}", gpu ? "cuda" : "cpu", o.device_note.empty() ? "" : " (" + o.device_note + ")");
   }
   spdlog::info("{}", engine.memory_report());  // every rank: its own shard sizes
   if (lead && gpu && kernels::backend(cfg.device).deterministic())

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <string>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/flash_attention.h"
@@ -513,6 +514,27 @@ TEST_CASE("device memory accounting and the caching allocator", "[cuda]") {
   }
   REQUIRE(mem_stats(true).current == before.current);
   REQUIRE(cuda::cached_bytes() >= (4u << 20));  // kept for reuse
+}
+
+TEST_CASE("out of GPU memory: the error names the size, what it was for, what the rank holds, and how to fit",
+          "[cuda]") {
+  Tensor keep = Tensor::zeros({1 << 20}, DType::F32, MemCategory::Optimizer, kGpu);
+  std::string msg;
+  try {
+    Tensor huge = Tensor::empty({int64_t{1} << 50}, DType::F32, MemCategory::Activations, kGpu);  // 4 PiB
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  REQUIRE(msg.find("out of GPU memory on cuda:") != std::string::npos);
+  REQUIRE(msg.find(" for activations") != std::string::npos);
+  const size_t at = msg.find("optimizer ");
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::stoll(msg.substr(at + 10)) >= 4);  // MiB: the 4 held above, at least
+  REQUIRE(msg.find("train_micro_batch_size_per_gpu") != std::string::npos);
+  REQUIRE(msg.find("zerorun estimate") != std::string::npos);
+  Tensor after = Tensor::zeros({1 << 10}, DType::F32, MemCategory::Buffers, kGpu);  // the device still works
+  REQUIRE(after.to(Device::cpu()).f32()[5] == 0.f);
 }
 
 TEST_CASE("CUDA graphs: a captured sequence replays on new inputs; its blocks never go to work outside captures",

@@ -36,6 +36,7 @@ Config cfg(const std::string& text, int world) {
 
 int main(int argc, char** argv) {
   TrainOptions o;
+  o.device = "cpu";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (std::strcmp(argv[i], "--device") == 0) o.device = argv[i + 1];
     if (std::strcmp(argv[i], "--comm") == 0) o.comm = argv[i + 1];
