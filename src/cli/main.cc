@@ -28,18 +28,32 @@ const char* kCommHelp =
     "GPU collectives with several ranks: nccl (default; one GPU per rank) or mpi (through host memory; ranks may "
     "share a GPU)";
 
+// A whole number >= lo, with a message naming the value (CLI11's number checks print a range up to DBL_MAX).
+CLI::Validator at_least(long long lo) {
+  return CLI::Validator(
+      [lo](std::string& v) -> std::string {
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789", v[0] == '-' ? 1 : 0) == std::string::npos;
+        if (!digits || v == "-") return "must be a whole number, got '" + v + "'";
+        if (v[0] == '-' ? lo >= 0 || std::stoll(v) < lo : lo > 0 && v.find_first_not_of('0') == std::string::npos)
+          return "must be >= " + std::to_string(lo) + ", got " + v;
+        return "";
+      },
+      ">=" + std::to_string(lo));
+}
+
 const char* kDeviceHelp = "auto (default: cuda when every rank sees a GPU, else cpu), cpu, or cuda";
 
 void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("model", o.model_path, "model.bin to train")->required();
   app->add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
-  app->add_option("--steps", o.steps, "number of optimizer steps (overrides train.steps)");
+  app->add_option("--steps", o.steps, "number of optimizer steps (overrides train.steps)")->check(at_least(1));
   app->add_option("--data", o.data, "token shards (glob / comma list) or 'synthetic'");
   app->add_option("--save_dir", o.save_dir, "checkpoint directory");
   app->add_option("--log_dir", o.log_dir, "write metrics.jsonl here");
-  app->add_option("--seed", o.seed, "data seed (overrides train.seed)");
-  app->add_option("--micro_batch_size", o.micro_batch, "micro batch per rank (sets train_micro_batch_size_per_gpu)");
-  app->add_option("--seq_len", o.seq_len, "sequence length for token models");
+  app->add_option("--seed", o.seed, "data seed (overrides train.seed)")->check(at_least(0));
+  app->add_option("--micro_batch_size", o.micro_batch, "micro batch per rank (sets train_micro_batch_size_per_gpu)")
+      ->check(at_least(1));
+  app->add_option("--seq_len", o.seq_len, "sequence length for token models")->check(at_least(1));
   app->add_option("--device", o.device, kDeviceHelp)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app->add_option("--final_weights", o.final_weights, "write the trained fp32 weights (safetensors) here");
   app->add_option("--resume", o.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
@@ -134,13 +148,13 @@ int main(int argc, char** argv) {
   app.add_option("model", launch.model_path, "model.bin to train");
   app.add_option("--config", launch.config_path, "DeepSpeed JSON config");
   app.add_option("--num_gpus", num_gpus, "ranks to start (one per GPU, or CPU slots with --device cpu)");
-  app.add_option("--steps", launch.steps, "number of optimizer steps");
+  app.add_option("--steps", launch.steps, "number of optimizer steps")->check(at_least(1));
   app.add_option("--data", launch.data, "token shards or 'synthetic'");
   app.add_option("--save_dir", launch.save_dir, "checkpoint directory");
   app.add_option("--log_dir", launch.log_dir, "write metrics.jsonl here");
-  app.add_option("--seed", launch.seed, "data seed");
-  app.add_option("--micro_batch_size", launch.micro_batch, "micro batch per rank");
-  app.add_option("--seq_len", launch.seq_len, "sequence length");
+  app.add_option("--seed", launch.seed, "data seed")->check(at_least(0));
+  app.add_option("--micro_batch_size", launch.micro_batch, "micro batch per rank")->check(at_least(1));
+  app.add_option("--seq_len", launch.seq_len, "sequence length")->check(at_least(1));
   app.add_option("--device", device, kDeviceHelp)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--final_weights", launch.final_weights, "write the trained fp32 weights (safetensors) here");
   app.add_option("--resume", launch.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
@@ -153,9 +167,10 @@ int main(int argc, char** argv) {
   app.add_option("--hostfile", hostfile, "DeepSpeed-format hostfile ('worker-0 slots=8' per line)");
   app.add_option("--include", lr.include, "hosts/slots to use, e.g. 'worker-0@worker-1:0,2'");
   app.add_option("--exclude", lr.exclude, "hosts/slots to leave out, same syntax as --include");
-  app.add_option("--num_nodes", lr.num_nodes, "use the first N hosts of the hostfile");
+  app.add_option("--num_nodes", lr.num_nodes, "use the first N hosts of the hostfile")->check(at_least(1));
   app.add_option("--master_addr", lr.master_addr, "address of rank 0 (exported as MASTER_ADDR)");
-  app.add_option("--master_port", lr.master_port, "port (exported as MASTER_PORT, default 29500)");
+  app.add_option("--master_port", lr.master_port, "port (exported as MASTER_PORT, default 29500)")
+      ->check(CLI::Range(1, 65535));
   app.add_option("--launcher", lr.launcher, "openmpi | mpich | slurm")
       ->check(CLI::IsMember({"openmpi", "mpich", "slurm"}));
   app.add_option("--launcher_args", lr.launcher_args, "extra launcher arguments (split on spaces)");

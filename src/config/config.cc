@@ -366,6 +366,10 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
   ZR_CHECK(W >= 1, "world size must be >= 1");
   c.world_size = ctx.world_size;
   auto tb = c.train_batch_size, mb = c.micro_batch, ga = c.grad_accum;
+  // The parser checks the file's values; these may also come from --micro_batch_size or the library's caller.
+  for (auto [v, key] : {std::pair{tb, "train_batch_size"}, std::pair{mb, "train_micro_batch_size_per_gpu"},
+                        std::pair{ga, "gradient_accumulation_steps"}})
+    ZR_CHECK(!v || *v > 0, c.source, ": ", key, " must be a positive integer, got ", *v);
   // DeepSpeed's _set_batch_related_parameters.
   if (tb && mb && ga) {
   } else if (tb && mb) {

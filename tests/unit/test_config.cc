@@ -73,6 +73,23 @@ TEST_CASE("tiny fp16 config: batch rule message with micro 8", "[config]") {
   REQUIRE(c2.optimizer.lr == 1e-4);
 }
 
+TEST_CASE("a zero or negative batch size set after parsing (--micro_batch_size, library callers) is an error",
+          "[config]") {
+  std::string p = shared_config("ds_config_tiny_zero2_fp16.json");
+  ResolveContext rc;
+  rc.world_size = 1;
+  for (int64_t bad : {0, -2}) {
+    Config c = load_config(p);
+    c.micro_batch = bad;  // before: a division by zero in the batch rule
+    REQUIRE_THROWS_WITH(
+        resolve_config(c, rc),
+        Catch::Contains("train_micro_batch_size_per_gpu must be a positive integer") && Catch::Contains(p));
+    Config g = load_config(p);
+    g.grad_accum = bad;
+    REQUIRE_THROWS_WITH(resolve_config(g, rc), Catch::Contains("gradient_accumulation_steps must be a positive"));
+  }
+}
+
 TEST_CASE("DeepSpeed batch derivations", "[config]") {
   ResolveContext rc;
   rc.world_size = 2;
