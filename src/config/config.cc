@@ -138,6 +138,9 @@ void parse_optimizer(Reader r, Config& c) {
   if (!p.is_auto("lr")) o.lr = p.num("lr", o.lr);
   if (!p.is_auto("weight_decay")) o.weight_decay = p.num("weight_decay", o.weight_decay);
   ZR_CHECK(o.lr >= 0, c.source, ": 'optimizer.params.lr' must be >= 0");
+  ZR_CHECK(o.weight_decay >= 0, c.source, ": 'optimizer.params.weight_decay' must be >= 0, got ", o.weight_decay);
+  ZR_CHECK(o.eps >= 0, c.source, ": 'optimizer.params.eps' must be >= 0, got ", o.eps);
+  ZR_CHECK(o.momentum >= 0 && o.dampening >= 0, c.source, ": 'optimizer.params.momentum' and 'dampening' must be >= 0");
 }
 
 void parse_scheduler(Reader r, Config& c) {
@@ -182,6 +185,37 @@ void parse_scheduler(Reader r, Config& c) {
       }
     }
     c.scheduler.params = r.at("params");
+  }
+  // Ranges (a value that DeepSpeed would take and then divide by zero or run with a negative lr is an error here).
+  const json& sp = c.scheduler.params;
+  auto num = [&](const char* k) -> std::optional<double> {
+    if (!sp.contains(k) || !sp.at(k).is_number()) return std::nullopt;  // absent or "auto"
+    return sp.at(k).get<double>();
+  };
+  for (const auto& [k, v] : sp.items()) {
+    if (!v.is_number()) continue;
+    const double x = v.get<double>();
+    const bool lr = k.size() > 3 && k.compare(k.size() - 3, 3, "_lr") == 0;
+    const bool positive = k == "cycle_first_step_size" || k == "lr_range_test_step_size";
+    const bool ratio = k == "warmup_min_ratio" || k == "cos_min_ratio";
+    if (positive)
+      ZR_CHECK(x > 0, c.source, ": 'scheduler.params.", k, "' must be > 0, got ", x);
+    else if (ratio)
+      ZR_CHECK(x >= 0 && x <= 1, c.source, ": 'scheduler.params.", k, "' must lie in [0, 1], got ", x);
+    else if (lr || k.find("steps") != std::string::npos || k.find("step_size") != std::string::npos ||
+             k.find("stair_count") != std::string::npos)
+      ZR_CHECK(x >= 0, c.source, ": 'scheduler.params.", k, "' must be >= 0, got ", x);
+  }
+  if (c.scheduler.type == "WarmupCosineLR" && num("total_num_steps")) {
+    const double warm = std::max(2.0, num("warmup_num_steps").value_or(1000));
+    const double total = *num("total_num_steps");
+    ZR_CHECK(total != warm, c.source, ": 'scheduler.params.total_num_steps' equals warmup_num_steps (", warm,
+             "): the cosine phase would divide by zero steps");
+    if (total < warm)
+      c.warnings.push_back(c.source + ": scheduler WarmupCosineLR: total_num_steps " +
+                           std::to_string(static_cast<long long>(total)) + " < warmup_num_steps " +
+                           std::to_string(static_cast<long long>(warm)) +
+                           ": the lr never leaves the warmup (DeepSpeed warns too)");
   }
 }
 

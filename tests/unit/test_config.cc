@@ -1,9 +1,11 @@
 // DeepSpeed config parsing: the shared seed configs, the batch rule and its
 // exact message, "auto" resolution, unknown keys, JSON syntax errors.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <filesystem>
 
 #include "zerorun/config.h"
+#include "zerorun/optim.h"
 #include "zerorun/strict_json.h"
 
 using namespace zerorun;
@@ -153,4 +155,45 @@ TEST_CASE("JSON syntax errors report line and column; duplicate keys rejected", 
   REQUIRE(j["n"][1] == -2500.0);
   REQUIRE(j["n"][2].get<double>() == 1e9);
   REQUIRE_THROWS_WITH(load_json_file_strict("/nonexistent/ds.json"), Catch::Contains("/nonexistent/ds.json"));
+}
+
+TEST_CASE("optimizer and scheduler values out of range name the key (no NaN or negative lr later)", "[config]") {
+  auto err = [](const std::string& text) {
+    try {
+      parse(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  using Catch::Contains;
+  CHECK_THAT(err(R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": -3}}})"),
+             Contains("test.json: 'optimizer.params.weight_decay' must be >= 0"));
+  CHECK_THAT(err(R"({"optimizer": {"type": "Adam", "params": {"eps": -1e-8}}})"),
+             Contains("'optimizer.params.eps' must be >= 0"));
+  CHECK_THAT(err(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": -5}}})"),
+             Contains("'scheduler.params.warmup_num_steps' must be >= 0, got -5"));
+  CHECK_THAT(err(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": -0.1}}})"),
+             Contains("'scheduler.params.warmup_max_lr' must be >= 0"));
+  CHECK_THAT(err(R"({"scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_step_size": 0}}})"),
+             Contains("'scheduler.params.lr_range_test_step_size' must be > 0"));
+  CHECK_THAT(err(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_first_step_size": 0}}})"),
+             Contains("'scheduler.params.cycle_first_step_size' must be > 0"));
+  CHECK_THAT(
+      err(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100, "cos_min_ratio": 2}}})"),
+      Contains("'scheduler.params.cos_min_ratio' must lie in [0, 1]"));
+  CHECK_THAT(
+      err(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_num_steps": 10}}})"),
+      Contains("equals warmup_num_steps (10)"));
+  // Shorter than the warmup: allowed, as in DeepSpeed, with a warning.
+  Config c =
+      parse(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 5, "warmup_num_steps": 10}}})");
+  REQUIRE(c.warnings.size() == 1);
+  CHECK_THAT(c.warnings[0], Contains("never leaves the warmup"));
+  // "auto" total = the run's steps: the schedule checks it when it is built.
+  Config a = parse(
+      R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": "auto", "warmup_num_steps": 4}}})");
+  REQUIRE_THROWS_WITH(LrSchedule(a.scheduler, a.optimizer, 4), Contains("equals warmup_num_steps (4)"));
+  LrSchedule ok(a.scheduler, a.optimizer, 40);
+  CHECK(std::isfinite(ok.at(30).lr));
 }
