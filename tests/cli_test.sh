@@ -98,6 +98,11 @@ expect_fail "token data on a regression model" "synthetic" "$ZR" --config c.json
 printf 'garbage' >junk.bin
 expect_fail "bad token shard" "junk.bin" "$ZR" --config c.json gpt.bin --data junk.bin --steps 1
 expect_fail "no matching data" "no file matches" "$ZR" --config c.json gpt.bin --data 'nothing_*.bin' --steps 1
+mkdir -p shards_dir
+expect_fail "a directory as data" "shards_dir: is a directory (give the shard files in it, e.g. 'shards_dir/*.bin')" \
+  "$ZR" --config c.json gpt.bin --data shards_dir --steps 1
+expect_fail "empty --data (an unset variable) is not synthetic data" "--data is empty" \
+  "$ZR" --config c.json gpt.bin --data "" --steps 1
 expect_fail "seq_len beyond context" "exceeds the model's context" "$ZR" --config c.json gpt.bin --seq_len 64 --steps 1
 expect_fail "unknown arch" "--arch must be" "$ZR" init --arch resnet -o x.bin
 expect_fail "no model given" "give a model.bin" "$ZR" --config c.json

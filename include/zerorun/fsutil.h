@@ -31,5 +31,6 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc starts 
 uint32_t file_crc32(const std::string& path);
 void make_dirs(const std::string& path);
 bool path_exists(const std::string& path);
+bool is_directory(const std::string& path);
 
 }  // namespace zerorun

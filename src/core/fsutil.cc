@@ -110,5 +110,9 @@ void make_dirs(const std::string& path) {
 }
 
 bool path_exists(const std::string& path) { return std::filesystem::exists(path); }
+bool is_directory(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::is_directory(path, ec);
+}
 
 }  // namespace zerorun

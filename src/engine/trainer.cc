@@ -92,6 +92,8 @@ std::unique_ptr<Communicator> make_train_comm(TrainOptions& o) {
 int run_training(const TrainOptions& o, Communicator& comm) {
   Config cfg = load_config(o.config_path);
   if (o.steps) cfg.train.steps = *o.steps;
+  ZR_CHECK(!o.data || !o.data->empty(), "--data is empty: give token shards (a path, glob or comma list) or ",
+           "'synthetic'");
   if (o.data) cfg.train.data = *o.data;
   if (o.save_dir) cfg.train.save_dir = *o.save_dir;
   if (o.log_dir) cfg.train.log_dir = *o.log_dir;
