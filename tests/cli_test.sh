@@ -98,6 +98,16 @@ expect_fail "token data on a regression model" "synthetic" "$ZR" --config c.json
 printf 'garbage' >junk.bin
 expect_fail "bad token shard" "junk.bin" "$ZR" --config c.json gpt.bin --data junk.bin --steps 1
 expect_fail "no matching data" "no file matches" "$ZR" --config c.json gpt.bin --data 'nothing_*.bin' --steps 1
+# An unwritable --save_dir / --final_weights fails before the first step (not at the first save).
+out=$("$ZR" --config c.json gpt.bin --steps 2 --save_dir /proc/zerorun_nope 2>&1); rc=$?
+if [[ $rc -eq 1 ]] && grep -qF -- "--save_dir /proc/zerorun_nope: cannot create the directory" <<<"$out" &&
+  ! grep -q "step  *1/" <<<"$out"; then ok "unwritable --save_dir: error before the first step"; else
+  bad "unwritable --save_dir (rc=$rc)"; echo "$out" | tail -3; fi
+echo x >not_a_dir
+expect_fail "--save_dir names a file" "--save_dir not_a_dir/ck: cannot create the directory" \
+  "$ZR" --config c.json gpt.bin --steps 1 --save_dir not_a_dir/ck
+expect_fail "unwritable --final_weights" "--final_weights /proc/zerorun_nope: cannot create the directory" \
+  "$ZR" --config c.json gpt.bin --steps 1 --final_weights /proc/zerorun_nope/w.safetensors
 mkdir -p shards_dir
 expect_fail "a directory as data" "shards_dir: is a directory (give the shard files in it, e.g. 'shards_dir/*.bin')" \
   "$ZR" --config c.json gpt.bin --data shards_dir --steps 1

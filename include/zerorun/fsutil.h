@@ -32,5 +32,8 @@ uint32_t file_crc32(const std::string& path);
 void make_dirs(const std::string& path);
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
+// Creates dir (and parents) and writes + removes a probe file in it; fails naming `what` (e.g. "--save_dir") and
+// the reason, so a run learns before its first step that it cannot save.
+void check_writable_dir(const std::string& dir, const std::string& what);
 
 }  // namespace zerorun

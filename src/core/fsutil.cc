@@ -110,6 +110,20 @@ void make_dirs(const std::string& path) {
 }
 
 bool path_exists(const std::string& path) { return std::filesystem::exists(path); }
+void check_writable_dir(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  ZR_CHECK(!ec, what, " ", dir, ": cannot create the directory: ", ec.message());
+  const std::string probe = dir + "/.zerorun_write_test." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  const int err = errno;
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
+  ZR_CHECK(fd >= 0, what, " ", dir, ": cannot write there: ", std::strerror(err));
+}
+
 bool is_directory(const std::string& path) {
   std::error_code ec;
   return std::filesystem::is_directory(path, ec);

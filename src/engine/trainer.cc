@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "kernels/backend.h"
@@ -163,6 +164,12 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     if (lead)
       spdlog::info("resumed from {} at step {} ({} samples)", ckpt::resolve_dir(root, tag), engine.global_step(),
                    engine.samples_seen());
+  }
+  // Before the first step: a run that cannot save should not find out at its first checkpoint.
+  if (!cfg.train.save_dir.empty()) check_writable_dir(cfg.train.save_dir, "--save_dir");
+  if (lead && !o.final_weights.empty()) {
+    const std::string parent = std::filesystem::path(o.final_weights).parent_path().string();
+    check_writable_dir(parent.empty() ? "." : parent, "--final_weights");
   }
   std::ofstream metrics;
   if (lead && !cfg.train.log_dir.empty()) {
