@@ -108,6 +108,14 @@ expect_fail "--save_dir names a file" "--save_dir not_a_dir/ck: cannot create th
   "$ZR" --config c.json gpt.bin --steps 1 --save_dir not_a_dir/ck
 expect_fail "unwritable --final_weights" "--final_weights /proc/zerorun_nope: cannot create the directory" \
   "$ZR" --config c.json gpt.bin --steps 1 --final_weights /proc/zerorun_nope/w.safetensors
+# fp32 at an absurd lr: every step after the first has non-finite gradients; at a fixed loss scale that is a
+# warning per step and, after 5 in a row, an error (not a run that skips every step and exits 0).
+echo '{"train_batch_size": 4, "optimizer": {"type": "SGD", "params": {"lr": 1e12}}}' >diverge.json
+out=$("$ZR" --config diverge.json gpt.bin --steps 50 --seq_len 16 2>&1); rc=$?
+if [[ $rc -eq 1 ]] && grep -q "gradients were not finite for 5 steps in a row (to step 6) at a fixed loss scale (fp32)" <<<"$out" &&
+  [[ $(grep -c "gradients are not finite at a fixed loss scale" <<<"$out") -eq 5 ]]; then
+  ok "diverged fp32 run: a warning per skipped step, an error after 5"
+else bad "diverged fp32 run (rc=$rc)"; echo "$out" | tail -3; fi
 mkdir -p shards_dir
 expect_fail "a directory as data" "shards_dir: is a directory (give the shard files in it, e.g. 'shards_dir/*.bin')" \
   "$ZR" --config c.json gpt.bin --data shards_dir --steps 1

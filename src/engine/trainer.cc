@@ -186,10 +186,23 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     last_save = engine.global_step();
     if (lead) spdlog::info("saved checkpoint {}/{}", cfg.train.save_dir, tag);
   };
+  // At a fixed loss scale (fp32, bf16, fp16 with a static loss_scale) a step with non-finite gradients is skipped
+  // as under dynamic scaling, but no scale change will cure it: each such step is a warning, and a run of them
+  // ends the job instead of "training" on with every step skipped.
+  const bool dynamic_scale = cfg.precision == Precision::FP16 && cfg.loss_scale.loss_scale == 0;
+  constexpr int kMaxFixedScaleSkips = 5;
+  int fixed_skips = 0;
   while (engine.global_step() < cfg.train.steps) {
     StepStats st = engine.train_step(*data);
     ZR_CHECK(std::isfinite(st.loss) || st.skipped, "loss became ", st.loss, " at step ", st.step,
              " (diverged; lower the learning rate or enable gradient_clipping)");
+    fixed_skips = st.skipped && !dynamic_scale ? fixed_skips + 1 : 0;
+    if (fixed_skips && lead)
+      spdlog::warn("step {}: gradients are not finite at a fixed loss scale ({}): the step is skipped", st.step,
+                   precision_name(cfg.precision));
+    ZR_CHECK(fixed_skips < kMaxFixedScaleSkips, "gradients were not finite for ", fixed_skips,
+             " steps in a row (to step ", st.step, ") at a fixed loss scale (", precision_name(cfg.precision),
+             "): the run diverged; lower the learning rate or enable gradient_clipping");
     window_s += st.seconds;
     window_tok += st.tokens;
     if (metrics.is_open()) {
