@@ -135,6 +135,9 @@ class NcclComm : public Communicator {
  public:
   explicit NcclComm(std::unique_ptr<Communicator> host) : host_(std::move(host)) {
     check_one_gpu_per_rank(*host_);
+    // NVLink multicast (NVLS) stays off unless the user asks for it: on shared hosts a program using it can put
+    // the GPUs out of service. NCCL reads this at init; a value already set (e.g. NCCL_NVLS_ENABLE=1) is kept.
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
     ncclUniqueId id{};
     if (host_->rank() == 0) nccl_check(nccl().GetUniqueId(&id), "GetUniqueId");
     host_->broadcast(&id, sizeof id / 2, DType::U16, 0);  // 128 bytes as 64 u16 words

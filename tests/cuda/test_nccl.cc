@@ -1,8 +1,14 @@
 // NCCL communicator on device buffers (any world size under mpirun; on the
 // one-GPU machine it runs as a single rank, which still exercises bootstrap,
 // stream ordering and the host/device routing). Exit 77 without a GPU.
+// `--stall` (tests/run_multi_gpu.sh, 2+ GPUs): rank 1 stops before a device all_reduce, so rank 0's watchdog
+// (ZERORUN_COMM_TIMEOUT=3) must abort NCCL and end the job, naming the op and its sequence number.
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "zerorun/comm.h"
@@ -13,11 +19,13 @@
 
 using namespace zerorun;
 
-int main() {
+int main(int argc, char** argv) {
   if (!cuda::available()) {
     std::printf("no GPU visible: NCCL test skipped\n");
     return 77;
   }
+  const bool stall = argc > 1 && std::strcmp(argv[1], "--stall") == 0;
+  if (stall) setenv("ZERORUN_COMM_TIMEOUT", "3", 1);
   int passed = 0, failed = 0;
   auto expect = [&](bool ok, const char* what) {
     ok ? ++passed : ++failed;
@@ -28,6 +36,16 @@ int main() {
     auto comm = make_nccl_comm(make_mpi_comm());
     const int R = comm->rank(), W = comm->size();
     const Device gpu = Device::cuda(local_rank() % cuda::device_count());
+    if (stall) {
+      Tensor d = Tensor::zeros({1024}, DType::F32, MemCategory::Buffers, gpu);
+      comm->all_reduce(d.f32(), 1024, DType::F32, ReduceOp::Sum);  // both ranks: completes
+      (void)d.to(Device::cpu());
+      if (R == 1) sleep(60);  // the stuck rank
+      comm->all_reduce(d.f32(), 1024, DType::F32, ReduceOp::Sum);
+      (void)d.to(Device::cpu());
+      std::printf("rank %d: the all_reduce returned (the watchdog did not fire)\n", R);
+      return W > 1 ? 1 : 0;
+    }
     for (int64_t n : {1, 1000, 4099}) {
       Tensor h = Tensor::empty({n * W}, DType::F32);
       for (int64_t i = 0; i < n * W; ++i) h.f32()[i] = static_cast<float>(R + 1) + 0.5f * (i % 3);
