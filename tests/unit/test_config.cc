@@ -167,24 +167,27 @@ TEST_CASE("optimizer and scheduler values out of range name the key (no NaN or n
     return std::string();
   };
   using Catch::Contains;
-  CHECK_THAT(err(R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": -3}}})"),
-             Contains("test.json: 'optimizer.params.weight_decay' must be >= 0"));
-  CHECK_THAT(err(R"({"optimizer": {"type": "Adam", "params": {"eps": -1e-8}}})"),
-             Contains("'optimizer.params.eps' must be >= 0"));
-  CHECK_THAT(err(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": -5}}})"),
-             Contains("'scheduler.params.warmup_num_steps' must be >= 0, got -5"));
-  CHECK_THAT(err(R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": -0.1}}})"),
-             Contains("'scheduler.params.warmup_max_lr' must be >= 0"));
-  CHECK_THAT(err(R"({"scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_step_size": 0}}})"),
-             Contains("'scheduler.params.lr_range_test_step_size' must be > 0"));
-  CHECK_THAT(err(R"({"scheduler": {"type": "OneCycle", "params": {"cycle_first_step_size": 0}}})"),
-             Contains("'scheduler.params.cycle_first_step_size' must be > 0"));
-  CHECK_THAT(
-      err(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100, "cos_min_ratio": 2}}})"),
-      Contains("'scheduler.params.cos_min_ratio' must lie in [0, 1]"));
-  CHECK_THAT(
-      err(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_num_steps": 10}}})"),
-      Contains("equals warmup_num_steps (10)"));
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"optimizer": {"type": "AdamW", "params": {"weight_decay": -3}}})",
+       "test.json: 'optimizer.params.weight_decay' must be >= 0"},
+      {R"({"optimizer": {"type": "Adam", "params": {"eps": -1e-8}}})", "'optimizer.params.eps' must be >= 0"},
+      {R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": -5}}})",
+       "'scheduler.params.warmup_num_steps' must be >= 0, got -5"},
+      {R"({"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": -0.1}}})",
+       "'scheduler.params.warmup_max_lr' must be >= 0"},
+      {R"({"scheduler": {"type": "LRRangeTest", "params": {"lr_range_test_step_size": 0}}})",
+       "'scheduler.params.lr_range_test_step_size' must be > 0"},
+      {R"({"scheduler": {"type": "OneCycle", "params": {"cycle_first_step_size": 0}}})",
+       "'scheduler.params.cycle_first_step_size' must be > 0"},
+      {R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 100, "cos_min_ratio": 2}}})",
+       "'scheduler.params.cos_min_ratio' must lie in [0, 1]"},
+      {R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 10, "warmup_num_steps": 10}}})",
+       "equals warmup_num_steps (10)"},
+  };
+  for (const auto& [text, want] : cases) {
+    INFO(text);
+    CHECK_THAT(err(text), Contains(want));
+  }
   // Shorter than the warmup: allowed, as in DeepSpeed, with a warning.
   Config c =
       parse(R"({"scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 5, "warmup_num_steps": 10}}})");
