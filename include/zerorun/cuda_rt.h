@@ -18,6 +18,10 @@ bool is_device_pointer(const void* p);  // memory on a GPU (false for host, pinn
 // Caching allocator: freed blocks are kept for reuse by size class. Out of memory, the error says what the block
 // was for (`what`, e.g. "params"), what this rank holds per category, and how to fit.
 void* device_alloc(size_t bytes, int device, const char* what = "scratch");
+// Page-locks host memory already allocated (cudaHostRegister), so copies to and from GPUs are direct DMA; false
+// with the reason in *why where it cannot (no CUDA, the memlock limit, ...). Undone by host_unregister.
+bool host_register(void* p, size_t bytes, std::string* why);
+void host_unregister(void* p);
 void device_free(void* p, size_t bytes, int device);
 void device_memset0(void* p, size_t bytes);
 void device_fill_ff(void* p, size_t bytes);           // every byte 0xFF (NaN in f32/bf16/f16): poisoned memory

@@ -93,6 +93,9 @@ class Engine {
   void build_layout();
   void refresh_compute_params();
   void make_compact();  // compute_ to its compact form (see compact_), the exec's param views moved with it
+  // offload_optimizer/offload_param "pin_memory": page-locks the host buffers copied to or from the GPU every
+  // step (a warning naming the buffer where that fails; its copies then use pageable memory).
+  void pin_offload_buffers();
   // The main stream waits for any update still on the side stream (before state is read or written).
   void settle();
   // stage 3 parameter life cycle
@@ -137,11 +140,13 @@ class Engine {
   // views of 16-bit-only weights are their 16-bit copies: ~4 B a parameter less.
   bool compact_ = false;
   Tensor f32_slots_;
-  Tensor param_shard_;  // stage 3: this rank's compute-param shard
-  Tensor master_;       // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
-  Tensor grads_full_;   // stages 0-1
-  Tensor grads_shard_;  // stages 2-3
-  Tensor host_grad_;    // offload: this rank's gradient shard in host memory
+  Tensor param_shard_;        // stage 3: this rank's compute-param shard
+  Tensor master_;             // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
+  Tensor grads_full_;         // stages 0-1
+  Tensor grads_shard_;        // stages 2-3
+  Tensor host_grad_;          // offload: this rank's gradient shard in host memory
+  Tensor offload_stage_;      // offload with device compute params: a group's rounded update on its way there
+  int64_t pinned_bytes_ = 0;  // host memory page-locked by pin_memory
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<LrSchedule> sched_;

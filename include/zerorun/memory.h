@@ -53,12 +53,17 @@ class HostBuffer {
   size_t bytes() const { return bytes_; }
   MemCategory category() const { return cat_; }
   Device device() const { return dev_; }
+  // Host memory only: page-locks it for direct copies to and from GPUs (undone when freed). False with the
+  // reason in *why where it cannot be pinned.
+  bool pin(std::string* why);
+  bool pinned() const { return pinned_; }
 
  private:
   void* ptr_ = nullptr;
   Device dev_;
   size_t bytes_ = 0;
   MemCategory cat_ = MemCategory::Buffers;
+  bool pinned_ = false;
 };
 
 }  // namespace zerorun

@@ -55,6 +55,9 @@ class Tensor {
   void zero_() const;
   void copy_from(const Tensor& src) const;  // same numel and dtype, any devices
   Tensor to(Device dev, MemCategory cat = MemCategory::Buffers) const;
+  // Host tensors: page-lock the whole storage (see HostBuffer::pin).
+  bool pin_memory(std::string* why = nullptr) const { return storage_ && storage_->pin(why); }
+  bool pinned() const { return storage_ && storage_->pinned(); }
 
  private:
   static Tensor alloc(const Shape& shape, DType dt, MemCategory cat, Device dev, bool zero);

@@ -185,6 +185,18 @@ void* device_alloc(size_t bytes, int device, const char* what) {
   return p;
 }
 
+bool host_register(void* p, size_t bytes, std::string* why) {
+  const cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterDefault);
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();
+  if (why) *why = cudaGetErrorString(e);
+  return false;
+}
+
+void host_unregister(void* p) {
+  if (cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+}
+
 void device_free(void* p, size_t bytes, int /*device*/) {
   Cache& c = cache();
   std::lock_guard<std::mutex> lk(c.mu);

@@ -22,6 +22,11 @@ int current_device() { not_built(); }
 std::string pci_bus_id(int) { not_built(); }
 bool is_device_pointer(const void*) { return false; }
 void* device_alloc(size_t, int, const char*) { not_built(); }
+bool host_register(void*, size_t, std::string* why) {
+  if (why) *why = "this zerorun is built without CUDA";
+  return false;
+}
+void host_unregister(void*) {}
 void device_free(void*, size_t, int) {}
 void device_memset0(void*, size_t) { not_built(); }
 void device_fill_ff(void*, size_t) { not_built(); }

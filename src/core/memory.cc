@@ -90,13 +90,26 @@ HostBuffer::~HostBuffer() {
     mem_record(cat_, -static_cast<int64_t>(bytes_), true);
     return;
   }
+  if (pinned_) cuda::host_unregister(ptr_);
   std::free(ptr_);
   mem_record(cat_, -static_cast<int64_t>(bytes_));
 }
 
-HostBuffer::HostBuffer(HostBuffer&& o) noexcept : ptr_(o.ptr_), dev_(o.dev_), bytes_(o.bytes_), cat_(o.cat_) {
+bool HostBuffer::pin(std::string* why) {
+  if (pinned_) return true;
+  if (!ptr_ || dev_.is_cuda()) {
+    if (why) *why = "not host memory";
+    return false;
+  }
+  pinned_ = cuda::host_register(ptr_, bytes_, why);
+  return pinned_;
+}
+
+HostBuffer::HostBuffer(HostBuffer&& o) noexcept
+    : ptr_(o.ptr_), dev_(o.dev_), bytes_(o.bytes_), cat_(o.cat_), pinned_(o.pinned_) {
   o.ptr_ = nullptr;
   o.bytes_ = 0;
+  o.pinned_ = false;
 }
 
 HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
@@ -106,8 +119,10 @@ HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
     dev_ = o.dev_;
     bytes_ = o.bytes_;
     cat_ = o.cat_;
+    pinned_ = o.pinned_;
     o.ptr_ = nullptr;
     o.bytes_ = 0;
+    o.pinned_ = false;
   }
   return *this;
 }

@@ -50,13 +50,16 @@ void Engine::make_compact() {
 void Engine::refresh_compute_params() {
   if ((!mixed_ && !offload_) || compact_) return;  // compact: sync_compute16 rounds both copies from the master
   const DType dt = precision_dtype(cfg_.precision);
-  if (offload_) {  // host master -> (rounded) -> device or host compute pieces
+  if (offload_) {  // host master -> (rounded) -> device compute pieces (through offload_stage_) or host ones
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
       float* dst = stage_ < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
-      std::vector<float> tmp(static_cast<size_t>(own.size()));
-      kernels::cpu_backend().round_to(dt, master_.f32() + shard_off_[g], tmp.data(), own.size());
-      copy_f32(dst, tmp.data(), own.size());
+      if (pdev_.is_cpu()) {  // offload_param: the shard lives in host memory
+        kernels::cpu_backend().round_to(dt, master_.f32() + shard_off_[g], dst, own.size());
+        continue;
+      }
+      kernels::cpu_backend().round_to(dt, master_.f32() + shard_off_[g], offload_stage_.f32(), own.size());
+      copy_f32(dst, offload_stage_.f32(), own.size());
     }
     return;
   }

@@ -4,6 +4,8 @@
 // shards, optimizer update of this rank's shard, and re-gathering weights.
 #include "zerorun/engine.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -91,6 +93,12 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     }
   }
   if (offload_) host_grad_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Grads, Device::cpu());
+  if (offload_ && !pdev_.is_cpu()) {
+    int64_t most = 0;
+    for (size_t g = 0; g < plan_.groups.size(); ++g) most = std::max(most, plan_.owned(static_cast<int>(g), 0).size());
+    offload_stage_ = Tensor::empty({most}, DType::F32, MemCategory::Buffers, Device::cpu());
+  }
+  pin_offload_buffers();
   if (stage_ < 2)
     grads_full_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Grads, dev_);
   else
@@ -145,6 +153,25 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
       for (int grp : block_groups_[b]) side_->main_waits(grp);
     };
   }
+}
+
+void Engine::pin_offload_buffers() {
+  auto pin = [&](const Tensor& t, const char* what) {
+    std::string why;
+    if (!t.defined() || t.pinned()) return;
+    if (t.pin_memory(&why))
+      pinned_bytes_ += static_cast<int64_t>(t.nbytes());
+    else
+      spdlog::warn(
+          "rank {}: pin_memory: {} ({:.1f} MiB) could not be page-locked ({}); its copies to and from the "
+          "GPU use pageable memory",
+          comm_.rank(), what, t.nbytes() / 1048576.0, why);
+  };
+  if (offload_ && cfg_.zero.offload_optimizer.pin_memory) {
+    pin(host_grad_, "the gradient shard");
+    pin(offload_stage_, "the update's staging buffer");
+  }
+  if (pdev_.is_cpu() && dev_.is_cuda() && cfg_.zero.offload_param.pin_memory) pin(param_shard_, "the parameter shard");
 }
 
 Engine::~Engine() {
@@ -566,6 +593,7 @@ std::string Engine::memory_report() const {
      << "MiB | activations peak=" << act.peak[static_cast<size_t>(MemCategory::Activations)] / 1048576.0
      << "MiB | process peak=" << s.total_peak / 1048576.0 << "MiB";
   if (!dev_.is_cpu()) os << " | device peak=" << mem_stats(true).total_peak / 1048576.0 << "MiB";
+  if (pinned_bytes_ > 0) os << " | pinned host=" << pinned_bytes_ / 1048576.0 << "MiB";
   return os.str();
 }
 

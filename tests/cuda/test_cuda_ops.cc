@@ -516,6 +516,19 @@ TEST_CASE("device memory accounting and the caching allocator", "[cuda]") {
   REQUIRE(cuda::cached_bytes() >= (4u << 20));  // kept for reuse
 }
 
+TEST_CASE("pinned host tensors: page-locked, copied both ways, unpinned when freed; device tensors refuse", "[cuda]") {
+  Tensor h = Tensor::empty({3 << 18}, DType::F32, MemCategory::Buffers);
+  for (int64_t i = 0; i < h.numel(); ++i) h.f32()[i] = static_cast<float>(i % 977);
+  std::string why;
+  REQUIRE(h.pin_memory(&why));
+  REQUIRE(h.pinned());
+  REQUIRE_FALSE(cuda::is_device_pointer(h.raw()));
+  Tensor d = h.to(kGpu), back = d.to(Device::cpu());
+  REQUIRE(std::memcmp(back.raw(), h.raw(), h.nbytes()) == 0);
+  REQUIRE_FALSE(d.pin_memory(&why));
+  REQUIRE(why == "not host memory");
+}
+
 TEST_CASE("out of GPU memory: the error names the size, what it was for, what the rank holds, and how to fit",
           "[cuda]") {
   Tensor keep = Tensor::zeros({1 << 20}, DType::F32, MemCategory::Optimizer, kGpu);

@@ -102,8 +102,31 @@ TEST_CASE("every ZeRO stage and CPU offload on one GPU equal stage 0 (fp32)", "[
   for (const char* z : {R"({"stage": 1})", R"({"stage": 2, "reduce_bucket_size": 3000})",
                         R"({"stage": 3, "reduce_bucket_size": 3000, "stage3_prefetch_bucket_size": 5000})",
                         R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})",
-                        R"({"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})"})
+                        R"({"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})",
+                        R"({"stage": 1, "offload_optimizer": {"device": "cpu", "pin_memory": true}})",
+                        R"({"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": true},
+                            "offload_param": {"device": "cpu", "pin_memory": true}})"})
     same_run(g, opt, z, l0, w0);
+}
+
+TEST_CASE("pin_memory page-locks the offloaded buffers copied every step, and says how much", "[cuda]") {
+  Model g = tiny_gpt();
+  for (bool param : {false, true}) {
+    Config c = gpu_cfg(param ? R"({"train_batch_size": 4, "zero_optimization": {"stage": 3,
+        "offload_optimizer": {"device": "cpu", "pin_memory": true}, "offload_param": {"device": "cpu", "pin_memory": true}}})"
+                             : R"({"train_batch_size": 4, "zero_optimization": {"stage": 2,
+        "offload_optimizer": {"device": "cpu", "pin_memory": true}}})");
+    auto comm = make_self_comm();
+    Engine e(g, c, *comm, 2);
+    const std::string rep = e.memory_report();
+    INFO(rep);
+    REQUIRE(rep.find("pinned host=") != std::string::npos);
+    // Without pin_memory nothing is page-locked.
+    Config u = gpu_cfg(
+        R"({"train_batch_size": 4, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
+    Engine e2(g, u, *comm, 2);
+    REQUIRE(e2.memory_report().find("pinned host=") == std::string::npos);
+  }
 }
 
 TEST_CASE("bf16 on one GPU: the kept 16-bit weights follow every update path and a resumed run", "[cuda]") {

@@ -4,8 +4,10 @@
 #include <filesystem>
 #include <limits>
 
+#include "zerorun/cuda_rt.h"
 #include "zerorun/data.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/tensor.h"
 
 using namespace zerorun;
 
@@ -63,4 +65,15 @@ TEST_CASE("llm.c token shards and .npy files", "[data]") {
   write_file_atomic((d / "t.npy").string(), npy);
   auto nt = load_token_files((d / "t.npy").string());
   REQUIRE(nt == std::vector<uint32_t>{7, 8, 9, 65535});
+}
+
+TEST_CASE("pinning host memory without a usable GPU fails with the reason, and the tensor stays usable", "[memory]") {
+  if (cuda::available()) return;  // with a GPU: tests/cuda/test_cuda_ops.cc pins for real
+  Tensor t = Tensor::zeros({1000}, DType::F32, MemCategory::Buffers);
+  std::string why;
+  REQUIRE_FALSE(t.pin_memory(&why));
+  REQUIRE_FALSE(why.empty());
+  REQUIRE_FALSE(t.pinned());
+  t.f32()[999] = 2.f;
+  REQUIRE(t.clone().f32()[999] == 2.f);
 }
