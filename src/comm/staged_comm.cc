@@ -3,10 +3,12 @@
 // back before the call returns. Slower than NCCL, but it needs no NCCL and lets several ranks share one GPU,
 // which NCCL refuses ("invalid usage"): the multi-rank ZeRO paths of the GPU engine can then run on a machine
 // with a single GPU. Host buffers go straight to the host communicator. Asynchronous forms complete at once.
-#include <vector>
+// The staging buffers are page-locked (direct DMA copies) where the OS allows.
+#include <algorithm>
 
 #include "zerorun/comm.h"
 #include "zerorun/cuda_rt.h"
+#include "zerorun/tensor.h"
 
 namespace zerorun {
 namespace {
@@ -22,10 +24,14 @@ class StagedComm : public Communicator {
   // A host view of `bytes` at p: p itself, or scratch buffer `slot` (filled from the device when `in`).
   void* host_view(const void* p, size_t bytes, int slot, bool in) {
     if (!cuda::is_device_pointer(p)) return const_cast<void*>(p);
-    std::vector<unsigned char>& s = scratch_[slot];
-    if (s.size() < bytes) s.resize(bytes);
-    if (in) cuda::copy(s.data(), p, bytes);  // on the compute stream: after the kernels that wrote p
-    return s.data();
+    Tensor& s = scratch_[slot];
+    if (!s.defined() || s.nbytes() < bytes) {  // grown by half again at least; page-locked for direct copies
+      const size_t n = std::max(bytes, s.defined() ? s.nbytes() * 3 / 2 : size_t{0});
+      s = Tensor::uninit({static_cast<int64_t>((n + 3) / 4)}, DType::I32, MemCategory::Buffers);
+      s.pin_memory();  // where it cannot, the copies go through pageable memory (slower, the same bytes)
+    }
+    if (in) cuda::copy(s.raw(), p, bytes);  // on the compute stream: after the kernels that wrote p
+    return s.raw();
   }
   void back(void* dev, const void* view, size_t bytes) {
     if (view != dev) cuda::copy(dev, view, bytes);
@@ -58,7 +64,7 @@ class StagedComm : public Communicator {
 
  private:
   std::unique_ptr<Communicator> host_;
-  std::vector<unsigned char> scratch_[2];
+  Tensor scratch_[2];
 };
 
 }  // namespace
