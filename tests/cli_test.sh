@@ -42,6 +42,7 @@ expect_ok "init gpt2" "wrote gpt.bin" "$ZR" init --arch gpt2 --vocab 128 --n_ctx
 expect_ok "init llama" "wrote llama.bin" "$ZR" init --arch llama --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --ffn 96 -o llama.bin
 expect_ok "report" "CPU backend" "$ZR" report
 expect_ok "report names NCCL" "NCCL \.+ (not used|[0-9]+\.[0-9]+|not loadable)" "$ZR" report
+expect_ok "report: what --device auto picks" "^--device auto \.+ cpu \((no GPU visible|built without CUDA)\)" "$ZR" report
 expect_ok "estimate" "ZeRO-3" "$ZR" estimate gpt.bin --num_gpus 4
 expect_ok "estimate on cpu, fp32" "fp32 on cpu" "$ZR" estimate gpt.bin --device cpu --precision fp32
 expect_fail "estimate: bad device" "--device must be cuda or cpu" "$ZR" estimate gpt.bin --device tpu

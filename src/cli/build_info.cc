@@ -53,6 +53,10 @@ std::string build_report() {
   os << "NCCL ................ " << nccl_report() << "\n";
   os << "GPUs seen ........... " << g.count << "\n";
   if (!g.summary.empty()) os << "  " << g.summary << (g.summary.back() == '\n' ? "" : "\n");
+  os << "--device auto ....... " << (g.count > 0 ? "cuda" : "cpu")
+     << (g.count > 0 ? " (a GPU is visible; --device cpu trains on the CPU)"
+                     : built_with_cuda() ? " (no GPU visible)" : " (built without CUDA)")
+     << "\n";
   return os.str();
 }
 
