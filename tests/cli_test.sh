@@ -158,6 +158,31 @@ expect_ok "no --device on 2 ranks: cpu" "device: cpu \(auto" \
   env CUDA_VISIBLE_DEVICES= "$ZR" --num_gpus 2 --config c.json gpt.bin --steps 1 --seq_len 32
 expect_fail "--device: unknown value" "--device: tpu not in {auto,cpu,cuda}" "$ZR" --config c.json gpt.bin --device tpu
 
+# Ranks that would train different jobs (a node with another config, model.bin or token files) stop at start,
+# naming what differs and the rank (MPMD: rank 1 gets other files).
+"$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --seed 9 -o gpt_seed9.bin >/dev/null
+echo '{"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "steps_per_print": 10}' >c_other.json
+python3 -c '
+import struct
+t = [(i * 7) % 128 for i in range(3000)]
+open("tok_other.bin", "wb").write(struct.pack("<256i", 20240520, 1, len(t), *([0] * 253)) + struct.pack(f"<{len(t)}H", *t))'
+mpmd() {  # RANK0_ARGS -- RANK1_ARGS: one rank each
+  local a0=() a1=() side=0
+  for x in "$@"; do if [[ $x == -- ]]; then side=1; elif [[ $side -eq 0 ]]; then a0+=("$x"); else a1+=("$x"); fi; done
+  "$(command -v mpirun)" --allow-run-as-root --oversubscribe -np 1 "$ZR" train "${a0[@]}" --steps 1 --seq_len 16 : \
+    -np 1 "$ZR" train "${a1[@]}" --steps 1 --seq_len 16
+}
+export -f mpmd
+export ZR
+MPMD=(bash -c 'mpmd "$@"' mpmd)  # expect_* run their command under timeout, which needs a program
+expect_fail "another config on rank 1" "the config (c_other.json) on rank 1 differs from rank 0's" \
+  "${MPMD[@]}" gpt.bin --config c.json -- gpt.bin --config c_other.json
+expect_fail "another model.bin (init seed) on rank 1" "the model (gpt.bin) on rank 1 differs from rank 0's" \
+  "${MPMD[@]}" gpt.bin --config c.json -- gpt_seed9.bin --config c.json
+expect_fail "other token files on rank 1" "the data (tok.bin" \
+  "${MPMD[@]}" gpt.bin --config c.json --data tok.bin -- gpt.bin --config c.json --data tok_other.bin
+expect_ok "the same files on both ranks train" "done: 1 steps" "${MPMD[@]}" gpt.bin --config c.json -- gpt.bin --config c.json
+
 # Two "nodes" through mpirun's remote-launch path (fake rsh agent), vs one rank.
 printf 'nodeA slots=2\nnodeB slots=1  # second node\n' >hosts
 echo '{"train_batch_size": 6, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}' >z3.json

@@ -20,6 +20,8 @@ class DataSource {
   virtual std::map<std::string, Tensor> batch(int64_t first, int64_t count) = 0;
   virtual std::string describe() const = 0;
   virtual int64_t tokens_per_sample() const { return 1; }
+  // What the samples are, for comparing ranks (rank_agreement.h): by default the description.
+  virtual uint64_t fingerprint() const;
 };
 
 // Reads every token of the listed files (glob patterns, comma separated).

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "zerorun/fsutil.h"
+#include "zerorun/rank_agreement.h"
 #include "zerorun/rng.h"
 
 namespace zerorun {
@@ -102,6 +103,13 @@ class TokenWindows : public DataSource {
     return desc_ + " (" + std::to_string(t_.size()) + " tokens, " + std::to_string(windows_) + " sequences of " +
            std::to_string(T_) + ")";
   }
+  uint64_t fingerprint() const override {  // the token count, T and every 61st token (not the file names)
+    uint64_t h = fnv1a(&T_, sizeof T_);
+    const uint64_t n = t_.size();
+    h = fnv1a(&n, sizeof n, h);
+    for (size_t i = 0; i < t_.size(); i += 61) h = fnv1a(&t_[i], sizeof t_[i], h);
+    return h;
+  }
   int64_t tokens_per_sample() const override { return T_; }
 
  private:
@@ -181,6 +189,11 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
   f.write(h, sizeof h);
   f.write(tokens.data(), tokens.size() * 2);
   f.commit();
+}
+
+uint64_t DataSource::fingerprint() const {
+  const std::string d = describe();
+  return fnv1a(d.data(), d.size());
 }
 
 std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed) {

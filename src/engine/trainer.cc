@@ -15,7 +15,9 @@
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
 #include "zerorun/profile.h"
+#include "zerorun/rank_agreement.h"
 #include "zerorun/safetensors.h"
+#include "zerorun/strict_json.h"
 
 namespace zerorun {
 
@@ -114,6 +116,12 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     cfg.device = Device::cuda(gi);
   }
   Model model = load_model(o.model_path);
+  // Every rank must train the same job; a node with other files would otherwise hang or diverge silently.
+  {
+    const std::string c = load_json_file_strict(o.config_path).dump();
+    require_same_on_all_ranks(comm, {{"the config (" + o.config_path + ")", fnv1a(c.data(), c.size())},
+                                     {"the model (" + o.model_path + ")", model_fingerprint(model)}});
+  }
   ResolveContext rc;
   rc.world_size = comm.size();
   rc.hidden = model_hidden(model);
@@ -134,6 +142,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   }
   Engine engine(model, cfg, comm, cfg.train.steps);
   auto data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed);
+  require_same_on_all_ranks(comm, {{"the data (" + data->describe() + ")", data->fingerprint()}});
   if (lead) {
     spdlog::info("model {}: {} parameters, graph {} ({} blocks)", o.model_path, model.num_params(), model.graph_hash,
                  model.graph.blocks.size());
