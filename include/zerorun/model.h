@@ -21,6 +21,9 @@ struct Model {
 };
 
 Model load_model(const std::string& path);
+// Training FLOPs per token (or per sample for models without tokens): 6 x parameters, plus 6·L·C·T attention for
+// the gpt2 and llama architectures (src/model/flops.cc).
+double train_flops_per_token(const Model& m, int64_t T);
 void save_model(const std::string& path, const Model& m);
 // Fills symbols/graph_hash/tensor_names from graph+tensors and validates.
 void finalize_model(Model& m);

@@ -187,6 +187,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     metrics.open(p, o.resume.empty() ? std::ios::trunc : std::ios::app);
     ZR_CHECK(metrics, p, ": cannot open for writing");
   }
+  // The step line's tokens/s is the job's (the global batch); its TFLOP/s is a rank's share, what one device does.
+  const double flops_per_token = train_flops_per_token(model, data->tokens_per_sample() > 1 ? engine.seq_len() : 1);
   double window_s = 0;
   int64_t window_tok = 0;
   int64_t last_save = -1;
@@ -225,9 +227,13 @@ int run_training(const TrainOptions& o, Communicator& comm) {
       metrics << j.dump() << "\n" << std::flush;
     }
     if (lead && (st.step % cfg.steps_per_print == 0 || st.step == cfg.train.steps || st.step == 1)) {
-      spdlog::info("step {:>6}/{} | loss {:.6f} | lr {:.3e} | grad_norm {:.4f} | scale {} | {:.0f} {}/s{}", st.step,
-                   cfg.train.steps, st.loss, st.lr, st.grad_norm, st.loss_scale, window_tok / window_s,
-                   data->tokens_per_sample() > 1 ? "tok" : "samples", st.skipped ? " | SKIPPED (overflow)" : "");
+      const double per_s = window_tok / window_s, tflops = per_s * flops_per_token / 1e12 / comm.size();
+      spdlog::info(
+          "step {:>6}/{} | loss {:.6f} | lr {:.3e} | grad_norm {:.4f} | scale {} | {:.0f} {}/s | {:.{}f} "
+          "TFLOP/s{}{}",
+          st.step, cfg.train.steps, st.loss, st.lr, st.grad_norm, st.loss_scale, per_s,
+          data->tokens_per_sample() > 1 ? "tok" : "samples", tflops, tflops < 10 ? 3 : 1,
+          comm.size() > 1 ? " a rank" : "", st.skipped ? " | SKIPPED (overflow)" : "");
       window_s = 0;
       window_tok = 0;
     }

@@ -128,3 +128,18 @@ TEST_CASE("corrupt model.bin files are rejected naming the file and fault", "[mo
 
   REQUIRE_THROWS_WITH(load_model(tmp("does_not_exist.bin")), Catch::Contains("cannot open"));
 }
+
+TEST_CASE("training FLOPs per token: 6 per parameter, plus 6·L·C·T attention for gpt2 and llama", "[model]") {
+  Gpt2Spec g;
+  g.vocab = 96, g.n_ctx = 32, g.n_embd = 48, g.n_layer = 3, g.n_head = 4;
+  Model m = build_gpt2(g, 1);
+  const double P = static_cast<double>(m.num_params());
+  CHECK(train_flops_per_token(m, 32) == 6 * P + 6.0 * 3 * 48 * 32);
+  CHECK(train_flops_per_token(m, 16) == 6 * P + 6.0 * 3 * 48 * 16);
+  LlamaSpec l;
+  l.vocab = 96, l.n_ctx = 32, l.n_embd = 64, l.n_layer = 2, l.n_head = 4, l.ffn = 96;
+  Model ml = build_llama(l, 1);
+  CHECK(train_flops_per_token(ml, 32) == 6.0 * static_cast<double>(ml.num_params()) + 6.0 * 2 * 64 * 32);
+  Model mlp = build_mlp(MlpSpec{}, 1);
+  CHECK(train_flops_per_token(mlp, 1) == 6.0 * static_cast<double>(mlp.num_params()));
+}

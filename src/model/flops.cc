@@ -1,0 +1,19 @@
+// Training FLOPs per token, the convention of PaLM's MFU and llm.c: 6 per parameter (forward 2, backward 4) plus
+// 6·L·C·T for the attention scores and their use (causal masking not subtracted), for the step line's TFLOP/s.
+#include "zerorun/model.h"
+
+namespace zerorun {
+
+double train_flops_per_token(const Model& m, int64_t T) {
+  double f = 6.0 * static_cast<double>(m.num_params());
+  const auto& meta = m.graph.meta;
+  const std::string arch = meta.value("arch", std::string());
+  if (!meta.contains("arch_config")) return f;
+  const auto& ac = meta.at("arch_config");
+  auto get = [&](const char* k) { return ac.contains(k) && ac.at(k).is_number() ? ac.at(k).get<double>() : 0.0; };
+  if (arch == "gpt2") f += 6.0 * get("n_layer") * get("n_embd") * static_cast<double>(T);
+  if (arch == "llama") f += 6.0 * get("num_hidden_layers") * get("hidden_size") * static_cast<double>(T);
+  return f;
+}
+
+}  // namespace zerorun
