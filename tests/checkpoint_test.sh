@@ -12,6 +12,13 @@ source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
 cd "$W"
+# This script's ranks: zerorun processes working in $W. A pattern alone would also match (and the kill below hit)
+# ranks of another test suite running on the machine at the same time.
+my_ranks() {
+  local p here
+  here=$(cd "$W" && pwd -P)
+  for p in $(pgrep -f "zerorun train $1"); do [[ "$(readlink "/proc/$p/cwd" 2>/dev/null)" == "$here" ]] && echo "$p"; done
+}
 # Every training command gets TRAIN_ARGS (after its own, so a test's --micro_batch_size etc. stay).
 ZR=$W/zerorun
 cat >"$ZR" <<EOF2
@@ -119,7 +126,7 @@ if [[ $rc -ne 0 && "$latest" == "global_step3" && ! -e S/global_step6/manifest.j
 else bad "kill mid-save: rc=$rc latest=$latest"; tail -3 kill.log; fi
 if "$ZR" --num_gpus 2 --config c2.json ckm.bin --steps 4 --micro_batch_size 6 --save_dir S --resume latest 2>&1 | grep -q "resumed from S/global_step3 at step 3"; then
   ok "next resume uses the previous checkpoint"; else bad "resume after failed save"; fi
-if pgrep -f "zerorun train ckm.bin" >/dev/null; then bad "ranks left behind"; pkill -9 -f "zerorun train ckm.bin"; else ok "no ranks left behind"; fi
+if [[ -n "$(my_ranks ckm.bin)" ]]; then bad "ranks left behind"; kill -9 $(my_ranks ckm.bin); else ok "no ranks left behind"; fi
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

@@ -37,6 +37,13 @@ expect_ok() {
 }
 
 cd "$W"
+# This script's ranks: zerorun processes working in $W. A pattern alone would also match (and the kill below hit)
+# ranks of another test suite running on the machine at the same time.
+my_ranks() {
+  local p here
+  here=$(cd "$W" && pwd -P)
+  for p in $(pgrep -f "zerorun train $1"); do [[ "$(readlink "/proc/$p/cwd" 2>/dev/null)" == "$here" ]] && echo "$p"; done
+}
 expect_ok "init mlp" "wrote mlp.bin" "$ZR" init --arch mlp -o mlp.bin
 expect_ok "init gpt2" "wrote gpt.bin" "$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 -o gpt.bin
 expect_ok "init llama" "wrote llama.bin" "$ZR" init --arch llama --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --ffn 96 -o llama.bin
@@ -137,7 +144,7 @@ expect_ok "zero2 offload bf16 config on 2 ranks" "step +3/3" \
 # A bad input seen by every rank ends the whole job with the message (no hang, no leftover ranks).
 expect_fail "error on all ranks ends the job" "exceeds the model's context" \
   "$ZR" --num_gpus 2 --config c.json gpt.bin --seq_len 64 --steps 1
-if pgrep -f "zerorun train gpt.bin" >/dev/null; then bad "ranks left behind"; else ok "no ranks left behind"; fi
+if [[ -n "$(my_ranks gpt.bin)" ]]; then bad "ranks left behind"; else ok "no ranks left behind"; fi
 expect_ok "dry run prints the mpirun argv" "-np 3 .*zerorun train gpt.bin --config c.json --steps 2" \
   "$ZR" --num_gpus 3 --config c.json gpt.bin --steps 2 --dry_run
 expect_ok "dry run passes --comm on" "zerorun train gpt.bin .*--device cuda --comm mpi" \
@@ -183,6 +190,33 @@ expect_fail "other token files on rank 1" "the data (tok.bin" \
   "${MPMD[@]}" gpt.bin --config c.json --data tok.bin -- gpt.bin --config c.json --data tok_other.bin
 expect_ok "the same files on both ranks train" "done: 1 steps" "${MPMD[@]}" gpt.bin --config c.json -- gpt.bin --config c.json
 
+# Held-out evaluation: eval_loss every eval_interval steps and at the end, in log_dir/eval.jsonl; the same
+# values at ZeRO-0..3 on 2 ranks as on 1 rank; the training itself is unchanged by it.
+for run in "1 0" "2 0" "2 1" "2 2" "2 3"; do
+  set -- $run
+  echo "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": $2, \"stage3_param_persistence_threshold\": 0, \"reduce_bucket_size\": 2000}}" >ev$2.json
+  "$ZR" --num_gpus $1 --config ev$2.json gpt.bin --steps 4 --seq_len 16 --data tok.bin --eval_data tok_other.bin \
+    --eval_interval 2 --log_dir ev_$1_$2 >ev_$1_$2.out 2>&1 || { bad "eval run $run"; tail -3 ev_$1_$2.out; }
+done
+"$ZR" --config ev0.json gpt.bin --steps 4 --seq_len 16 --data tok.bin --log_dir ev_noeval >/dev/null 2>&1
+if python3 - <<'PY'
+import json, sys
+ref = [json.loads(l) for l in open("ev_1_0/eval.jsonl")]
+assert [r["step"] for r in ref] == [2, 4], ref
+for d in ("ev_2_0", "ev_2_1", "ev_2_2", "ev_2_3"):
+    got = [json.loads(l) for l in open(d + "/eval.jsonl")]
+    for a, b in zip(ref, got):
+        assert a["step"] == b["step"] and abs(a["eval_loss"] - b["eval_loss"]) <= 1e-5 * a["eval_loss"], (d, a, b)
+strip = lambda p: [{k: v for k, v in json.loads(l).items() if k != "seconds"} for l in open(p)]
+assert strip("ev_1_0/metrics.jsonl") == strip("ev_noeval/metrics.jsonl"), "eval changed the training"
+PY
+then ok "eval: the same eval_loss at ZeRO-0..3 on 2 ranks as on 1; training unchanged by it"; else bad "eval parity"; fi
+expect_ok "eval line" "eval +4/4 \| eval_loss [0-9.]+ \| 4 batches of 8" cat ev_2_3.out
+expect_fail "eval_interval without eval data" "'train.eval_interval' needs held-out data" \
+  "$ZR" --config c.json gpt.bin --steps 2 --eval_interval 1
+echo '{"train_batch_size": 8, "train": {"eval_batches": 0}}' >ev_bad.json
+expect_fail "eval_batches 0" "'train.eval_batches' must be >= 1" "$ZR" --config ev_bad.json gpt.bin --steps 1
+
 # Two "nodes" through mpirun's remote-launch path (fake rsh agent), vs one rank.
 printf 'nodeA slots=2\nnodeB slots=1  # second node\n' >hosts
 echo '{"train_batch_size": 6, "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}' >z3.json
@@ -215,20 +249,20 @@ echo '{"train_micro_batch_size_per_gpu": 2, "zero_optimization": {"stage": 2}}' 
 "$ZR" --num_gpus 3 --config long.json gpt.bin --steps 1000000 --log_dir long >long.out 2>&1 &
 launcher=$!
 for _ in $(seq 100); do [[ -s long/metrics.jsonl ]] && break; sleep 0.1; done
-victim=$(pgrep -f "zerorun train gpt.bin" | sed -n 2p)
+victim=$(my_ranks gpt.bin | sed -n 2p)
 [[ -n "$victim" ]] || { bad "no rank process found to kill"; cat long.out | tail -5; }
 t0=$(date +%s)
 kill -9 "$victim"
 for _ in $(seq 150); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
 if kill -0 $launcher 2>/dev/null; then
-  bad "job still running 15 s after a rank was killed"; kill -9 $launcher; pkill -9 -f "zerorun train gpt.bin"
+  bad "job still running 15 s after a rank was killed"; kill -9 $launcher $(my_ranks gpt.bin)
 else
   wait $launcher; rc=$?
   dt=$(( $(date +%s) - t0 ))
   if [[ -n "$victim" && $rc -ne 0 ]] && grep -qE "rank [0-9]+ .*(signal 9|Killed)" long.out; then ok "killed rank ends the job (rc=$rc, ${dt}s)"; else bad "killed rank: rc=$rc"; tail -5 long.out; fi
 fi
 sleep 0.5
-if pgrep -f "zerorun train gpt.bin" >/dev/null; then bad "ranks left behind after kill"; pkill -9 -f "zerorun train gpt.bin"; else ok "no ranks left after kill"; fi
+if [[ -n "$(my_ranks gpt.bin)" ]]; then bad "ranks left behind after kill"; kill -9 $(my_ranks gpt.bin); else ok "no ranks left after kill"; fi
 
 # A rank that exits non-zero on its own (rank 1 exits 3 at start) also ends the job; the others do not hang.
 t0=$(date +%s)
@@ -240,7 +274,7 @@ dt=$(( $(date +%s) - t0 ))
 # (the rank's own exit code comes back; a zerorun rank also prints "error on rank R of N" before it exits)
 if [[ $rc -eq 3 && $dt -lt 15 ]]; then ok "rank exiting non-zero ends the job (rc=$rc, ${dt}s)"; else bad "rank exit: rc=$rc after ${dt}s"; tail -5 exit.out; fi
 sleep 0.5
-if pgrep -f "zerorun train gpt.bin" >/dev/null; then bad "ranks left behind after exit"; pkill -9 -f "zerorun train gpt.bin"; else ok "no ranks left after exit"; fi
+if [[ -n "$(my_ranks gpt.bin)" ]]; then bad "ranks left behind after exit"; kill -9 $(my_ranks gpt.bin); else ok "no ranks left after exit"; fi
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]

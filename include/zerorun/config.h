@@ -58,6 +58,8 @@ struct TrainConfig {
   std::string data;   // llm.c shards / .npy (glob or comma list), or "synthetic"
   std::string save_dir;
   int64_t save_interval = 0, eval_interval = 0;
+  std::string eval_data;     // held-out data for eval_interval (same forms as data)
+  int64_t eval_batches = 4;  // global batches (train_batch_size samples each) an evaluation averages over
   uint64_t seed = 1234;
   std::string log_dir;
   int64_t seq_len = 0;  // 0: the model's default

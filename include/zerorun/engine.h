@@ -47,6 +47,9 @@ class Engine {
   Engine(const Model& model, const Config& cfg, Communicator& comm, int64_t total_steps);
   ~Engine();
   StepStats train_step(DataSource& data);
+  // Mean loss over `batches` global batches of `data` from its first sample (the same samples at any world size
+  // and micro batch), forward only: no gradients, no update, the training state untouched. Collective.
+  double eval_loss(DataSource& data, int64_t batches);
   int64_t global_step() const { return global_step_; }
   int64_t samples_seen() const { return global_step_ * cfg_.batch; }
   // Full fp32 master weights by name (gathered from all ranks: collective).

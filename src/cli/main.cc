@@ -48,6 +48,9 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
   app->add_option("--steps", o.steps, "number of optimizer steps (overrides train.steps)")->check(at_least(1));
   app->add_option("--data", o.data, "token shards (glob / comma list) or 'synthetic'");
+  app->add_option("--eval_data", o.eval_data, "held-out token shards: eval loss every train.eval_interval steps");
+  app->add_option("--eval_interval", o.eval_interval, "steps between evaluations (overrides train.eval_interval)")
+      ->check(at_least(1));
   app->add_option("--save_dir", o.save_dir, "checkpoint directory");
   app->add_option("--log_dir", o.log_dir, "write metrics.jsonl here");
   app->add_option("--seed", o.seed, "data seed (overrides train.seed)")->check(at_least(0));
@@ -120,6 +123,8 @@ std::vector<std::string> rank_command(const TrainOptions& o) {
   };
   if (o.steps) opt("--steps", std::to_string(*o.steps));
   if (o.data) opt("--data", *o.data);
+  if (o.eval_data) opt("--eval_data", *o.eval_data);
+  if (o.eval_interval) opt("--eval_interval", std::to_string(*o.eval_interval));
   if (o.save_dir) opt("--save_dir", *o.save_dir);
   if (o.log_dir) opt("--log_dir", *o.log_dir);
   if (o.seed) opt("--seed", std::to_string(*o.seed));
@@ -150,6 +155,8 @@ int main(int argc, char** argv) {
   app.add_option("--num_gpus", num_gpus, "ranks to start (one per GPU, or CPU slots with --device cpu)");
   app.add_option("--steps", launch.steps, "number of optimizer steps")->check(at_least(1));
   app.add_option("--data", launch.data, "token shards or 'synthetic'");
+  app.add_option("--eval_data", launch.eval_data, "held-out token shards (eval loss every eval_interval steps)");
+  app.add_option("--eval_interval", launch.eval_interval, "steps between evaluations")->check(at_least(1));
   app.add_option("--save_dir", launch.save_dir, "checkpoint directory");
   app.add_option("--log_dir", launch.log_dir, "write metrics.jsonl here");
   app.add_option("--seed", launch.seed, "data seed")->check(at_least(0));

@@ -296,18 +296,22 @@ void parse_zero(Reader r, Config& c) {
 }
 
 void parse_train(Reader r, Config& c) {
-  r.keys({"steps", "data", "save_dir", "save_interval", "eval_interval", "seed", "log_dir", "seq_len"});
+  r.keys({"steps", "data", "save_dir", "save_interval", "eval_interval", "eval_data", "eval_batches", "seed", "log_dir",
+          "seq_len"});
   TrainConfig& t = c.train;
   t.steps = r.integer("steps", 0);
   t.data = r.str("data", "");
   t.save_dir = r.str("save_dir", "");
   t.save_interval = r.integer("save_interval", 0);
   t.eval_interval = r.integer("eval_interval", 0);
+  t.eval_data = r.str("eval_data", "");
+  t.eval_batches = r.integer("eval_batches", 4);
   t.seed = static_cast<uint64_t>(r.integer("seed", 1234));
   t.log_dir = r.str("log_dir", "");
   t.seq_len = r.integer("seq_len", 0);
   ZR_CHECK(t.steps >= 0 && t.save_interval >= 0 && t.eval_interval >= 0 && t.seq_len >= 0, c.source,
            ": 'train' values must be non-negative");
+  ZR_CHECK(t.eval_batches >= 1, c.source, ": 'train.eval_batches' must be >= 1, got ", t.eval_batches);
 }
 
 }  // namespace

@@ -425,6 +425,33 @@ void Engine::gather_after_step(bool rounded) {
   if (!rounded || sharded12) sync_compute16();
 }
 
+double Engine::eval_loss(DataSource& data, int64_t batches) {
+  profile::Scope whole(".. eval");
+  const int W = comm_.size(), r = comm_.rank();
+  std::vector<Tensor> losses;
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t a = 0; a < cfg_.gas; ++a) {  // the micro-batches a training step of this batch would take
+      std::map<std::string, Tensor> inputs = data.batch(b * cfg_.batch + (a * W + r) * cfg_.micro, cfg_.micro);
+      if (!dev_.is_cpu())
+        for (auto& [k, t] : inputs) t = t.to(dev_, MemCategory::Activations);
+      losses.push_back(exec_->forward_async(inputs));
+      exec_->release();  // no backward: the saved activations go now
+    }
+  double sum = 0.0;
+  for (auto& l : losses) sum += static_cast<double>(be().get_scalar(l.f32()));
+  if (stage_ == 3)  // the forward leaves the last block gathered for a backward that does not come
+    for (size_t g = 0; g < rt_.size(); ++g) {
+      release(static_cast<int>(g));  // persistent groups stay
+      if (!rt_[g].persistent) rt_[g].staged = Tensor();
+    }
+  if (W > 1) {
+    float s = static_cast<float>(sum);
+    comm_.all_reduce(&s, 1, DType::F32, ReduceOp::Sum);
+    sum = s;
+  }
+  return sum / static_cast<double>(batches * cfg_.gas * W);
+}
+
 StepStats Engine::train_step(DataSource& data) {
   auto t0 = std::chrono::steady_clock::now();
   profile::Scope whole(".. train_step (whole)");

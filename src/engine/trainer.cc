@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -98,6 +99,9 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   ZR_CHECK(!o.data || !o.data->empty(), "--data is empty: give token shards (a path, glob or comma list) or ",
            "'synthetic'");
   if (o.data) cfg.train.data = *o.data;
+  ZR_CHECK(!o.eval_data || !o.eval_data->empty(), "--eval_data is empty: give held-out token shards or 'synthetic'");
+  if (o.eval_data) cfg.train.eval_data = *o.eval_data;
+  if (o.eval_interval) cfg.train.eval_interval = *o.eval_interval;
   if (o.save_dir) cfg.train.save_dir = *o.save_dir;
   if (o.log_dir) cfg.train.log_dir = *o.log_dir;
   if (o.seed) cfg.train.seed = *o.seed;
@@ -142,7 +146,15 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   }
   Engine engine(model, cfg, comm, cfg.train.steps);
   auto data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed);
-  require_same_on_all_ranks(comm, {{"the data (" + data->describe() + ")", data->fingerprint()}});
+  std::vector<Fingerprint> data_prints = {{"the data (" + data->describe() + ")", data->fingerprint()}};
+  std::unique_ptr<DataSource> eval_data;
+  ZR_CHECK(cfg.train.eval_interval == 0 || !cfg.train.eval_data.empty(), o.config_path,
+           ": 'train.eval_interval' needs held-out data: set 'train.eval_data' or pass --eval_data");
+  if (!cfg.train.eval_data.empty()) {
+    eval_data = make_data_source(cfg.train.eval_data, model, engine.seq_len(), cfg.train.seed + 1);
+    data_prints.push_back({"the eval data (" + eval_data->describe() + ")", eval_data->fingerprint()});
+  }
+  require_same_on_all_ranks(comm, data_prints);
   if (lead) {
     spdlog::info("model {}: {} parameters, graph {} ({} blocks)", o.model_path, model.num_params(), model.graph_hash,
                  model.graph.blocks.size());
@@ -197,6 +209,24 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     last_save = engine.global_step();
     if (lead) spdlog::info("saved checkpoint {}/{}", cfg.train.save_dir, tag);
   };
+  // Held-out loss every eval_interval steps and at the end: a line, and a row {"step", "eval_loss"} in
+  // log_dir/eval.jsonl (metrics.jsonl keeps one kind of row).
+  std::ofstream eval_log;
+  if (lead && eval_data && !cfg.train.log_dir.empty()) {
+    const std::string p = cfg.train.log_dir + "/eval.jsonl";
+    eval_log.open(p, o.resume.empty() ? std::ios::trunc : std::ios::app);
+    ZR_CHECK(eval_log, p, ": cannot open for writing");
+  }
+  auto evaluate = [&](int64_t step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double l = engine.eval_loss(*eval_data, cfg.train.eval_batches);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ZR_CHECK(std::isfinite(l), "eval loss became ", l, " at step ", step);
+    if (!lead) return;
+    spdlog::info("eval   {:>6}/{} | eval_loss {:.6f} | {} batches of {} | {:.2f} s", step, cfg.train.steps, l,
+                 cfg.train.eval_batches, cfg.batch, sec);
+    if (eval_log.is_open()) eval_log << json{{"step", step}, {"eval_loss", l}}.dump() << "\n" << std::flush;
+  };
   // At a fixed loss scale (fp32, bf16, fp16 with a static loss_scale) a step with non-finite gradients is skipped
   // as under dynamic scaling, but no scale change will cure it: each such step is a warning, and a run of them
   // ends the job instead of "training" on with every step skipped.
@@ -237,6 +267,9 @@ int run_training(const TrainOptions& o, Communicator& comm) {
       window_s = 0;
       window_tok = 0;
     }
+    if (eval_data &&
+        ((cfg.train.eval_interval > 0 && st.step % cfg.train.eval_interval == 0) || st.step == cfg.train.steps))
+      evaluate(st.step);
     if (!cfg.train.save_dir.empty() && cfg.train.save_interval > 0 && st.step % cfg.train.save_interval == 0) save();
   }
   if (!cfg.train.save_dir.empty() && last_save != engine.global_step()) save();
