@@ -1,11 +1,15 @@
 // Shared by the unit, MPI and CUDA tests: the tiny GPT-2 they train and a
 // config parsed and resolved from inline JSON.
 #pragma once
+#include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "zerorun/comm.h"
 #include "zerorun/config.h"
+#include "zerorun/data.h"
 #include "zerorun/engine.h"
 #include "zerorun/model.h"
 
@@ -58,6 +62,30 @@ inline std::vector<double> train_losses(const Model& m, const Config& c, int ste
   for (int i = 0; i < steps; ++i) losses.push_back(e.train_step(*data).loss);
   if (w) *w = e.master_weights();
   return losses;
+}
+
+// Two engines on the same data, one evaluating (2 batches) after every step: what the eval tests compare.
+struct EvalRun {
+  double eval0 = 0, step1 = 0;           // eval of batch 0 before any step; step 1's training loss
+  std::vector<double> with_eval, plain;  // the two engines' step losses
+  bool same_weights = false;             // final master weights bitwise equal
+};
+inline EvalRun eval_between_steps(const Model& g, const Config& c, int steps = 4) {
+  auto comm = make_self_comm();
+  Engine a(g, c, *comm, steps + 2), b(g, c, *comm, steps + 2);
+  auto data = make_data_source("synthetic", g, a.seq_len(), 5);
+  EvalRun r;
+  r.eval0 = a.eval_loss(*data, 1);
+  for (int s = 0; s < steps; ++s) {
+    r.with_eval.push_back(a.train_step(*data).loss);
+    if (!std::isfinite(a.eval_loss(*data, 2))) r.with_eval.back() = NAN;
+    r.plain.push_back(b.train_step(*data).loss);
+  }
+  r.step1 = r.plain.at(0);
+  auto wa = a.master_weights(), wb = b.master_weights();
+  r.same_weights = true;
+  for (auto& [k, t] : wa) r.same_weights = r.same_weights && std::memcmp(t.raw(), wb.at(k).raw(), t.nbytes()) == 0;
+  return r;
 }
 
 }  // namespace zerorun::testing

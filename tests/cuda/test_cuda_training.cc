@@ -400,26 +400,15 @@ TEST_CASE("eval on the GPU (bf16, CUDA graphs, overlapped update): batch 0 = ste
   auto& be = kernels::backend(Device::cuda(0));
   const bool was = be.deterministic();
   be.set_deterministic(true);  // bitwise comparisons of two engines
-  Model g = tiny_gpt();
   for (const char* z : {R"({"stage": 0})", R"({"stage": 3, "stage3_param_persistence_threshold": 0})"}) {
     INFO(z);
-    const std::string text = std::string(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
-        "bf16": {"enabled": true}, "zero_optimization": )") +
-                             z + "}";
-    auto comm = make_self_comm();
-    Engine a(g, gpu_cfg(text), *comm, 6), b(g, gpu_cfg(text), *comm, 6);
-    auto data = make_data_source("synthetic", g, a.seq_len(), 5);
-    const double e0 = a.eval_loss(*data, 1);
-    std::vector<double> la, lb;
-    for (int s = 0; s < 4; ++s) {
-      la.push_back(a.train_step(*data).loss);
-      REQUIRE(std::isfinite(a.eval_loss(*data, 2)));
-      lb.push_back(b.train_step(*data).loss);
-    }
-    REQUIRE(e0 == Approx(lb[0]).epsilon(1e-6));  // the training forward's loss comes from the fused cross-entropy
-    REQUIRE(la == lb);
-    auto wa = a.master_weights(), wb = b.master_weights();
-    for (auto& [k, t] : wa) REQUIRE(std::memcmp(t.raw(), wb.at(k).raw(), t.nbytes()) == 0);
+    auto r = testing::eval_between_steps(
+        tiny_gpt(), gpu_cfg(std::string(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+                                           "bf16": {"enabled": true}, "zero_optimization": )") +
+                            z + "}"));
+    REQUIRE(r.eval0 == Approx(r.step1).epsilon(1e-6));  // training's loss comes from the fused cross-entropy
+    REQUIRE(r.with_eval == r.plain);
+    REQUIRE(r.same_weights);
   }
   be.set_deterministic(was);
 }

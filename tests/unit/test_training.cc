@@ -325,26 +325,14 @@ TEST_CASE(
 }
 
 TEST_CASE("eval loss: the first batch's eval equals step 1's loss; evaluating never changes training", "[train]") {
-  Model g = tiny_gpt();
   for (const char* z : {R"({"stage": 0})", R"({"stage": 3, "stage3_param_persistence_threshold": 0})"}) {
     INFO(z);
-    const std::string text =
-        std::string(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "zero_optimization": )") + z + "}";
-    auto comm = make_self_comm();
-    Engine a(g, make_cfg(text), *comm, 6), b(g, make_cfg(text), *comm, 6);
-    auto data = make_data_source("synthetic", g, a.seq_len(), 5);
-    // Before any update, eval over the first global batch sees what step 1 trains on, with the same weights.
-    const double e0 = a.eval_loss(*data, 1);
-    std::vector<double> la, lb;
-    for (int s = 0; s < 4; ++s) {
-      la.push_back(a.train_step(*data).loss);
-      const double e = a.eval_loss(*data, 2);  // between every step
-      REQUIRE(std::isfinite(e));
-      lb.push_back(b.train_step(*data).loss);
-    }
-    REQUIRE(e0 == lb[0]);
-    REQUIRE(la == lb);  // bitwise: eval touches no gradient, weight or optimizer state
-    auto wa = a.master_weights(), wb = b.master_weights();
-    for (auto& [k, t] : wa) REQUIRE(std::memcmp(t.raw(), wb.at(k).raw(), t.nbytes()) == 0);
+    auto r = testing::eval_between_steps(
+        tiny_gpt(), make_cfg(std::string(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4,
+                                            "zero_optimization": )") +
+                             z + "}"));
+    REQUIRE(r.eval0 == r.step1);      // before any update eval sees what step 1 trains on, with the same weights
+    REQUIRE(r.with_eval == r.plain);  // bitwise: eval touches no gradient, weight or optimizer state
+    REQUIRE(r.same_weights);
   }
 }
