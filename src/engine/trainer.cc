@@ -123,7 +123,9 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   // Every rank must train the same job; a node with other files would otherwise hang or diverge silently.
   {
     const std::string c = load_json_file_strict(o.config_path).dump();
-    require_same_on_all_ranks(comm, {{"the config (" + o.config_path + ")", fnv1a(c.data(), c.size())},
+    const std::string v = ZERORUN_VERSION;
+    require_same_on_all_ranks(comm, {{"the zerorun version (" + v + ")", fnv1a(v.data(), v.size())},
+                                     {"the config (" + o.config_path + ")", fnv1a(c.data(), c.size())},
                                      {"the model (" + o.model_path + ")", model_fingerprint(model)}});
   }
   ResolveContext rc;
