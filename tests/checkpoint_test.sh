@@ -112,7 +112,7 @@ rm -rf S && cp -r S.good S
 "$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 3 --n_head 4 -o other.bin >/dev/null
 expect_fail "manifest from another model" "checkpoint is of another model" \
   "$ZR" --num_gpus 2 --config c2.json other.bin --steps 5 --micro_batch_size 6 --save_dir S --resume latest
-expect_fail "unknown tag" "global_step99" "${RESUME[@]}" --resume global_step99
+expect_fail "unknown tag (names the saved ones)" "no checkpoint 'global_step99' (saved: global_step" "${RESUME[@]}" --resume global_step99
 expect_fail "merge of a corrupt checkpoint" "checksum" bash -c "cp -r S.good S2; \"$PY\" -c \"import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[-5]^=1; open(p,'wb').write(b)\" S2/global_step3/zero_rank_00000.safetensors; \"$ZR\" merge S2 OUT"
 
 # 5. A rank killed in the middle of a save keeps the previous checkpoint and latest; resume uses it.

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -38,6 +39,16 @@ std::string resolve_dir(const std::string& save_dir, const std::string& tag) {
     ZR_CHECK(!t.empty() && t.find('/') == std::string::npos, lp, ": does not name a checkpoint tag");
   }
   std::string d = (fs::path(save_dir) / t).string();
+  if (!fs::is_directory(d)) {  // a tag that was never saved: say which ones were
+    std::vector<std::string> tags;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(save_dir, ec))
+      if (e.is_directory() && fs::exists(e.path() / "manifest.json")) tags.push_back(e.path().filename().string());
+    std::sort(tags.begin(), tags.end());
+    std::string list;
+    for (const auto& x : tags) list += (list.empty() ? "" : ", ") + x;
+    ZR_FAIL(save_dir, ": no checkpoint '", t, "' (", tags.empty() ? "none saved here" : "saved: " + list, ")");
+  }
   ZR_CHECK(fs::exists(fs::path(d) / "manifest.json"), d, ": checkpoint '", t, "' has no manifest.json",
            " (incomplete save?)");
   return d;
