@@ -293,6 +293,21 @@ void parse_zero(Reader r, Config& c) {
     std::optional<int64_t> v = r.int_or_auto(k, 1);
     ZR_CHECK(!v || *v > 0, c.source, ": 'zero_optimization.", k, "' must be positive");
   }
+  // Values asking for a behaviour zerorun does not have: said once, not silently ignored.
+  auto no_effect = [&](const char* key, const char* value, const std::string& why) {
+    c.warnings.push_back(c.source + ": 'zero_optimization." + key + "' " + value + " has no effect here: " + why);
+  };
+  if (r.has("reduce_scatter") && !z.reduce_scatter)
+    no_effect("reduce_scatter", "false",
+              "stages 2-3 always reduce-scatter each gradient bucket (an all-reduce would give the same values)");
+  if (r.has("contiguous_gradients") && !z.contiguous_gradients)
+    no_effect("contiguous_gradients", "false", "gradients always live in one flat buffer");
+  if (r.has("overlap_comm") && !z.overlap_comm && z.stage == 3)
+    no_effect("overlap_comm", "false", "stage 3 always prefetches the next block's parameters");
+  if (z.stage3_gather_16bit_weights_on_model_save)
+    no_effect("stage3_gather_16bit_weights_on_model_save", "true",
+              "checkpoints keep only the shards; `zerorun merge CKPT OUT --dtype bf16` (or --final_weights) writes the "
+              "whole weights");
 }
 
 void parse_train(Reader r, Config& c) {
@@ -384,6 +399,10 @@ Config parse_config(const json& j, const std::string& source) {
   c.steps_per_print = r.integer("steps_per_print", 10);
   ZR_CHECK(c.steps_per_print > 0, source, ": 'steps_per_print' must be positive");
   c.wall_clock_breakdown = r.boolean("wall_clock_breakdown", false);
+  if (c.wall_clock_breakdown)
+    c.warnings.push_back(c.source +
+                         ": 'wall_clock_breakdown' true has no effect here: ZERORUN_PROFILE=1 prints time per op, "
+                         "engine phase and product at the end of the run");
   r.boolean("zero_allow_untested_optimizer", false);
   r.boolean("prescale_gradients", false);
   r.num("gradient_predivide_factor", 1.0);

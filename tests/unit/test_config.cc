@@ -200,3 +200,24 @@ TEST_CASE("optimizer and scheduler values out of range name the key (no NaN or n
   LrSchedule ok(a.scheduler, a.optimizer, 40);
   CHECK(std::isfinite(ok.at(30).lr));
 }
+
+TEST_CASE("DeepSpeed values asking for a behaviour zerorun does not have are warnings, the defaults are quiet",
+          "[config]") {
+  Config quiet = parse(R"({"zero_optimization": {"stage": 3, "overlap_comm": true, "contiguous_gradients": true,
+                           "reduce_scatter": true}, "wall_clock_breakdown": false})");
+  REQUIRE(quiet.warnings.empty());
+  Config loud = parse(R"({"zero_optimization": {"stage": 3, "overlap_comm": false, "contiguous_gradients": false,
+                          "reduce_scatter": false, "stage3_gather_16bit_weights_on_model_save": true},
+                          "wall_clock_breakdown": true})");
+  REQUIRE(loud.warnings.size() == 5);
+  for (const char* k :
+       {"'zero_optimization.overlap_comm' false", "'zero_optimization.contiguous_gradients' false",
+        "'zero_optimization.reduce_scatter' false",
+        "'zero_optimization.stage3_gather_16bit_weights_on_model_save' true", "'wall_clock_breakdown' true"}) {
+    bool found = false;
+    for (const auto& w : loud.warnings)
+      found = found || (w.find(k) != std::string::npos && w.find("no effect") != std::string::npos);
+    INFO(k);
+    CHECK(found);
+  }
+}
