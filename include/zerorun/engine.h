@@ -51,7 +51,8 @@ class Engine {
   // and micro batch), forward only: no gradients, no update, the training state untouched. Collective.
   double eval_loss(DataSource& data, int64_t batches);
   int64_t global_step() const { return global_step_; }
-  int64_t samples_seen() const { return global_step_ * cfg_.batch; }
+  // Samples consumed so far: where the next step's data starts (kept across a resume with another batch size).
+  int64_t samples_seen() const { return samples_seen_; }
   // Full fp32 master weights by name (gathered from all ranks: collective).
   std::map<std::string, Tensor> master_weights();
   const Model& model() const { return model_; }
@@ -154,7 +155,7 @@ class Engine {
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<LrSchedule> sched_;
   std::unique_ptr<LossScaler> scaler_;
-  int64_t global_step_ = 0, updates_ = 0;
+  int64_t global_step_ = 0, updates_ = 0, samples_seen_ = 0;
   bool use_graphs_ = false;
   int64_t steps_run_ = 0, graph_captures_ = 0;
   MicroGraph graphs_[2];

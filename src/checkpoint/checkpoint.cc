@@ -284,6 +284,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
   }
   global_step_ = m["step"].get<int64_t>();
   updates_ = m["updates"].get<int64_t>();
+  // The data goes on where it stopped, also when train_batch_size changed (another world size at a fixed micro
+  // batch): step * batch would skip or repeat samples then.
+  samples_seen_ = m.contains("data") && m["data"].contains("next_sample") ? m["data"]["next_sample"].get<int64_t>()
+                  : m.contains("samples")                                 ? m["samples"].get<int64_t>()
+                                                                          : global_step_ * cfg_.batch;
   opt_->set_steps(m["optimizer"]["steps"].get<int64_t>());
   scaler_->load_state(m["loss_scaler"]);
   if (stage_ == 3)

@@ -461,7 +461,7 @@ StepStats Engine::train_step(DataSource& data) {
   double loss_sum = 0.0;
   std::vector<Tensor> losses;  // read after every backward is queued (one wait instead of one per forward)
   for (int64_t a = 0; a < cfg_.gas; ++a) {
-    int64_t first = global_step_ * cfg_.batch + (a * W + r) * cfg_.micro;
+    int64_t first = samples_seen_ + (a * W + r) * cfg_.micro;
     std::map<std::string, Tensor> inputs;
     {
       profile::Scope ps("data");
@@ -513,6 +513,7 @@ StepStats Engine::train_step(DataSource& data) {
   float overflow = finite ? 0.f : 1.f;
   comm_.all_reduce(&overflow, 1, DType::F32, ReduceOp::Max);
   ++global_step_;
+  samples_seen_ += cfg_.batch;  // a skipped step consumed its batch too, as in DeepSpeed
   st.step = global_step_;
   st.loss_scale = scale;
   if (overflow > 0.f) {

@@ -1,11 +1,14 @@
 // Single-rank training: loss falls, gradient accumulation is equivalent to a
 // bigger micro batch, activation checkpointing changes nothing, fp16
 // overflow skips the step.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 
 #include "tests/common/tiny.h"
@@ -335,4 +338,37 @@ TEST_CASE("eval loss: the first batch's eval equals step 1's loss; evaluating ne
     REQUIRE(r.with_eval == r.plain);  // bitwise: eval touches no gradient, weight or optimizer state
     REQUIRE(r.same_weights);
   }
+}
+
+TEST_CASE("resuming with another train_batch_size goes on at the next unread sample", "[train][checkpoint]") {
+  // A data source that records the first sample of every micro-batch it serves.
+  struct Recording : DataSource {
+    std::unique_ptr<DataSource> inner;
+    std::vector<int64_t> firsts;
+    std::map<std::string, Tensor> batch(int64_t first, int64_t count) override {
+      firsts.push_back(first);
+      return inner->batch(first, count);
+    }
+    std::string describe() const override { return inner->describe(); }
+    int64_t tokens_per_sample() const override { return inner->tokens_per_sample(); }
+  };
+  Model g = tiny_gpt();
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("zr_resume_batch_" + std::to_string(::getpid()))).string();
+  auto comm = make_self_comm();
+  Recording d;
+  {
+    Engine a(g, make_cfg(R"({"train_batch_size": 4})"), *comm, 5);
+    d.inner = make_data_source("synthetic", g, a.seq_len(), 5);
+    a.train_step(d), a.train_step(d);  // samples 0..7
+    a.save_checkpoint(dir);
+  }
+  Engine b(g, make_cfg(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4})"), *comm, 5);
+  b.load_checkpoint(dir);
+  REQUIRE(b.samples_seen() == 8);
+  d.firsts.clear();
+  b.train_step(d);
+  REQUIRE(d.firsts == std::vector<int64_t>{8, 12});  // not 16 (step 2 x the new batch of 8)
+  REQUIRE(b.samples_seen() == 16);
+  std::filesystem::remove_all(dir);
 }
