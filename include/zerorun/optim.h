@@ -56,10 +56,14 @@ struct LrMom {
 class LrSchedule {
  public:
   LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64_t total_steps);
-  LrMom at(int64_t it) const;
+  // The schedule at iteration `it` of this run, shifted by params.last_batch_iteration + 1 (DeepSpeed's way of
+  // starting a schedule part-way: -1, the default, starts at 0).
+  LrMom at(int64_t it) const { return at_iteration(it + offset_); }
   std::string type() const { return type_; }
 
  private:
+  LrMom at_iteration(int64_t it) const;
+  int64_t offset_ = 0;
   std::string type_;
   double base_lr_, base_beta1_;
   nlohmann::json p_;

@@ -20,6 +20,7 @@ LrSchedule::LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64
     else
       v = nullptr;
   }
+  offset_ = static_cast<int64_t>(get("last_batch_iteration", -1)) + 1;
   if ((type_ == "WarmupDecayLR" || type_ == "WarmupCosineLR") && !p_.contains("total_num_steps"))
     ZR_FAIL("scheduler ", type_, " needs 'scheduler.params.total_num_steps'");
   if (type_ == "WarmupCosineLR") {  // total "auto" = the run's steps: checked here (a number: in the config too)
@@ -34,7 +35,7 @@ double LrSchedule::get(const char* k, double def) const {
   return p_[k].get<double>();
 }
 
-LrMom LrSchedule::at(int64_t it) const {
+LrMom LrSchedule::at_iteration(int64_t it) const {
   const double step = static_cast<double>(it);
   auto warm_gamma = [&](double n_warm) {
     n_warm = std::max(2.0, n_warm);

@@ -30,6 +30,19 @@ TEST_CASE("WarmupLR log and linear", "[optim]") {
   REQUIRE(l.at(2).lr == Approx(0.1 + 0.4 * 0.5));
 }
 
+TEST_CASE("last_batch_iteration starts a schedule part-way (DeepSpeed's resume knob)", "[optim]") {
+  const nlohmann::json p = {
+      {"warmup_min_lr", 0.0}, {"warmup_max_lr", 1.0}, {"warmup_num_steps", 10}, {"warmup_type", "linear"}};
+  auto base = sched("WarmupLR", p);
+  nlohmann::json q = p;
+  q["last_batch_iteration"] = 4;  // the next step is iteration 5
+  auto shifted = sched("WarmupLR", q);
+  for (int it = 0; it < 12; ++it) REQUIRE(shifted.at(it).lr == base.at(it + 5).lr);
+  q["last_batch_iteration"] = -1;  // the default
+  auto same = sched("WarmupLR", q);
+  for (int it = 0; it < 12; ++it) REQUIRE(same.at(it).lr == base.at(it).lr);
+}
+
 TEST_CASE("WarmupDecayLR decays linearly to zero", "[optim]") {
   auto s = sched("WarmupDecayLR", {{"warmup_min_lr", 0.0},
                                    {"warmup_max_lr", 1.0},
