@@ -18,7 +18,6 @@
 #include "zerorun/profile.h"
 #include "zerorun/rank_agreement.h"
 #include "zerorun/safetensors.h"
-#include "zerorun/strict_json.h"
 
 namespace zerorun {
 
@@ -122,7 +121,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   Model model = load_model(o.model_path);
   // Every rank must train the same job; a node with other files would otherwise hang or diverge silently.
   {
-    const std::string c = load_json_file_strict(o.config_path).dump();
+    const std::string c = cfg.raw.dump();  // the parsed JSON: formatting and key order do not count
     const std::string v = ZERORUN_VERSION;
     require_same_on_all_ranks(comm, {{"the zerorun version (" + v + ")", fnv1a(v.data(), v.size())},
                                      {"the config (" + o.config_path + ")", fnv1a(c.data(), c.size())},
