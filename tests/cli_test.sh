@@ -212,6 +212,19 @@ assert strip("ev_1_0/metrics.jsonl") == strip("ev_noeval/metrics.jsonl"), "eval 
 PY
 then ok "eval: the same eval_loss at ZeRO-0..3 on 2 ranks as on 1; training unchanged by it"; else bad "eval parity"; fi
 expect_ok "eval line" "eval +4/4 \| eval_loss [0-9.]+ \| 4 batches of 8" cat ev_2_3.out
+# `zerorun eval` on the saved checkpoint (its save_dir, through 'latest') gives the final eval of the run that
+# saved it, on 1 rank and on 2; without data it says what is missing.
+"$ZR" --config ev0.json gpt.bin --steps 3 --seq_len 16 --data tok.bin --eval_data tok_other.bin --save_dir ev_ck \
+  >ev_ck.out 2>&1 || bad "eval checkpoint run"
+want=$(sed -n 's/.*eval  *3\/3 | eval_loss \([0-9.]*\).*/\1/p' ev_ck.out)
+for n in 1 2; do
+  got=$(timeout 120 "$(command -v mpirun)" --allow-run-as-root --oversubscribe -np $n "$ZR" eval gpt.bin --config ev0.json \
+    --seq_len 16 --eval_data tok_other.bin --resume ev_ck 2>&1 | sed -n 's/.*eval at step 3 | eval_loss \([0-9.]*\).*/\1/p')
+  if [[ -n "$want" && -n "$got" ]] && awk -v a="$want" -v b="$got" 'BEGIN{d=(a-b)/a; if(d<0)d=-d; exit !(d<=3e-6)}'; then
+    ok "zerorun eval of the checkpoint on $n rank(s) = the run's final eval ($got vs $want)"
+  else bad "zerorun eval on $n rank(s): '$got' vs the run's '$want'"; fi
+done
+expect_fail "zerorun eval without data" "zerorun eval: give the data to evaluate on" "$ZR" eval gpt.bin --config c.json
 expect_fail "eval_interval without eval data" "'train.eval_interval' needs held-out data" \
   "$ZR" --config c.json gpt.bin --steps 2 --eval_interval 1
 echo '{"train_batch_size": 8, "train": {"eval_batches": 0}}' >ev_bad.json

@@ -13,7 +13,8 @@ struct TrainOptions {
   std::optional<int64_t> steps, micro_batch, seq_len;
   std::optional<uint64_t> seed;
   std::optional<std::string> data, save_dir, log_dir, eval_data;
-  std::optional<int64_t> eval_interval;
+  std::optional<int64_t> eval_interval, eval_batches;
+  bool eval_only = false;  // `zerorun eval`: set up (and --resume) as for training, evaluate once, no step
   std::string final_weights;
   std::string resume;  // "latest", a tag in save_dir, or a checkpoint directory  // write the trained fp32 weights
                        // (safetensors) here

@@ -185,6 +185,12 @@ int main(int argc, char** argv) {
   TrainOptions train;
   auto* train_cmd = app.add_subcommand("train", "train on one rank (what the launcher starts per rank)");
   add_train_options(train_cmd, train);
+  TrainOptions evalo;
+  auto* eval_cmd =
+      app.add_subcommand("eval", "held-out loss of a model.bin or a checkpoint (--resume), no training (per rank)");
+  add_train_options(eval_cmd, evalo);
+  eval_cmd->add_option("--eval_batches", evalo.eval_batches, "global batches to average over (default 4)")
+      ->check(at_least(1));
 
   std::string arch, out = "model.bin";
   uint64_t seed = 1;
@@ -233,11 +239,13 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;      // a usage error, like every other bad command line
   }
   try {
-    if (*train_cmd) {
+    if (*train_cmd || *eval_cmd) {
+      TrainOptions& run = *train_cmd ? train : evalo;
+      run.eval_only = !*train_cmd;
       std::unique_ptr<Communicator> comm;
       try {
-        comm = make_train_comm(train);
-        return run_training(train, *comm);
+        comm = make_train_comm(run);
+        return run_training(run, *comm);
       } catch (const Error& e) {
         // One rank's error ends the whole job: the others may be waiting in a collective (or in MPI's
         // finalise) for it, so exiting alone would leave them hanging. Before the communicator exists

@@ -428,7 +428,7 @@ void Engine::gather_after_step(bool rounded) {
 double Engine::eval_loss(DataSource& data, int64_t batches) {
   profile::Scope whole(".. eval");
   const int W = comm_.size(), r = comm_.rank();
-  std::vector<Tensor> losses;
+  std::vector<Tensor> losses;  // (b, a) order
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t a = 0; a < cfg_.gas; ++a) {  // the micro-batches a training step of this batch would take
       std::map<std::string, Tensor> inputs = data.batch(b * cfg_.batch + (a * W + r) * cfg_.micro, cfg_.micro);
@@ -437,18 +437,25 @@ double Engine::eval_loss(DataSource& data, int64_t batches) {
       losses.push_back(exec_->forward_async(inputs));
       exec_->release();  // no backward: the saved activations go now
     }
-  double sum = 0.0;
-  for (auto& l : losses) sum += static_cast<double>(be().get_scalar(l.f32()));
+  std::vector<float> mine;
+  for (auto& l : losses) mine.push_back(be().get_scalar(l.f32()));
   if (stage_ == 3)  // the forward leaves the last block gathered for a backward that does not come
     for (size_t g = 0; g < rt_.size(); ++g) {
       release(static_cast<int>(g));  // persistent groups stay
       if (!rt_[g].persistent) rt_[g].staged = Tensor();
     }
-  if (W > 1) {
-    float s = static_cast<float>(sum);
-    comm_.all_reduce(&s, 1, DType::F32, ReduceOp::Sum);
-    sum = s;
-  }
+  // Every micro-batch's loss, added in f64 in the order of their samples: the same sum on any number of ranks
+  // that splits the batches into the same micro-batches.
+  const size_t k = mine.size();
+  std::vector<float> all(k * static_cast<size_t>(W));
+  if (W > 1)
+    comm_.all_gather(mine.data(), all.data(), static_cast<int64_t>(k), DType::F32);
+  else
+    all = mine;
+  double sum = 0.0;
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t a = 0; a < cfg_.gas; ++a)
+      for (int q = 0; q < W; ++q) sum += static_cast<double>(all[static_cast<size_t>(q) * k + b * cfg_.gas + a]);
   return sum / static_cast<double>(batches * cfg_.gas * W);
 }
 

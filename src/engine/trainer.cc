@@ -101,13 +101,18 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   ZR_CHECK(!o.eval_data || !o.eval_data->empty(), "--eval_data is empty: give held-out token shards or 'synthetic'");
   if (o.eval_data) cfg.train.eval_data = *o.eval_data;
   if (o.eval_interval) cfg.train.eval_interval = *o.eval_interval;
+  if (o.eval_batches) cfg.train.eval_batches = *o.eval_batches;
+  if (o.eval_only) {
+    if (cfg.train.eval_data.empty()) cfg.train.eval_data = cfg.train.data;  // `zerorun eval --data D` works too
+    ZR_CHECK(!cfg.train.eval_data.empty(), "zerorun eval: give the data to evaluate on (--eval_data or --data)");
+  }
   if (o.save_dir) cfg.train.save_dir = *o.save_dir;
   if (o.log_dir) cfg.train.log_dir = *o.log_dir;
   if (o.seed) cfg.train.seed = *o.seed;
   if (o.seq_len) cfg.train.seq_len = *o.seq_len;
   if (o.micro_batch) cfg.micro_batch = *o.micro_batch;
-  ZR_CHECK(cfg.train.steps > 0, "no number of steps: pass --steps N or set \"train\": {\"steps\": N} in ",
-           o.config_path);
+  ZR_CHECK(cfg.train.steps > 0 || o.eval_only,
+           "no number of steps: pass --steps N or set \"train\": {\"steps\": N} in ", o.config_path);
   ZR_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda, got '", o.device,
            "' (make_train_comm resolves auto)");
   const bool gpu = o.device == "cuda";
@@ -176,9 +181,12 @@ int run_training(const TrainOptions& o, Communicator& comm) {
         "(ZERORUN_CUDA_GRAPHS=0 turns this off)");
   if (!o.resume.empty()) {
     std::string root = o.resume, tag;
-    if (!path_exists(o.resume + "/manifest.json")) {
-      ZR_CHECK(!cfg.train.save_dir.empty(), "--resume ", o.resume, ": no checkpoint directory of that name and no ",
-               "--save_dir to look in");
+    if (path_exists(o.resume + "/latest") && !path_exists(o.resume + "/manifest.json")) {
+      tag = "latest";  // a save_dir: its latest checkpoint
+    } else if (!path_exists(o.resume + "/manifest.json")) {
+      ZR_CHECK(!cfg.train.save_dir.empty(), "--resume ", o.resume,
+               ": no checkpoint directory (manifest.json) or save_dir (latest) of that name, and no --save_dir to "
+               "look in");
       root = cfg.train.save_dir;
       tag = o.resume;
     }
@@ -186,6 +194,16 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     if (lead)
       spdlog::info("resumed from {} at step {} ({} samples)", ckpt::resolve_dir(root, tag), engine.global_step(),
                    engine.samples_seen());
+  }
+  if (o.eval_only) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const double l = engine.eval_loss(*eval_data, cfg.train.eval_batches);
+    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ZR_CHECK(std::isfinite(l), "eval loss is ", l);
+    if (lead)
+      spdlog::info("eval at step {} | eval_loss {:.6f} | perplexity {:.3f} | {} batches of {} | {:.2f} s",
+                   engine.global_step(), l, std::exp(l), cfg.train.eval_batches, cfg.batch, sec);
+    return 0;
   }
   // Before the first step: a run that cannot save should not find out at its first checkpoint.
   if (!cfg.train.save_dir.empty()) check_writable_dir(cfg.train.save_dir, "--save_dir");
