@@ -101,6 +101,7 @@ expect_fail "--micro_batch_size 0" "--micro_batch_size: must be >= 1, got 0" "$Z
 expect_fail "--seq_len -3" "--seq_len: must be >= 1, got -3" "$ZR" --config c.json gpt.bin --steps 1 --seq_len -3
 expect_fail "--steps abc" "--steps: must be a whole number, got 'abc'" "$ZR" --config c.json mlp.bin --steps abc
 expect_fail "--seed -1" "--seed: must be >= 0, got -1" "$ZR" train mlp.bin --config c.json --steps 1 --seed -1
+expect_fail "--num_gpus 0" "--num_gpus: must be >= 1, got 0" "$ZR" --config c.json mlp.bin --steps 1 --num_gpus 0
 expect_fail "--master_port 99999" "--master_port: Value 99999 not in range 1 to 65535" "$ZR" --config c.json mlp.bin --steps 1 --num_gpus 2 --master_port 99999 --dry_run
 expect_fail "token data on a regression model" "synthetic" "$ZR" --config c.json mlp.bin --data tok.bin --steps 1
 printf 'garbage' >junk.bin

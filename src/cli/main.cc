@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
   std::string device = "auto";
   app.add_option("model", launch.model_path, "model.bin to train");
   app.add_option("--config", launch.config_path, "DeepSpeed JSON config");
-  app.add_option("--num_gpus", num_gpus, "ranks to start (one per GPU, or CPU slots with --device cpu)");
+  app.add_option("--num_gpus", num_gpus, "ranks to start (one per GPU, or CPU slots with --device cpu)")
+      ->check(at_least(1));
   app.add_option("--steps", launch.steps, "number of optimizer steps")->check(at_least(1));
   app.add_option("--data", launch.data, "token shards or 'synthetic'");
   app.add_option("--eval_data", launch.eval_data, "held-out token shards (eval loss every eval_interval steps)");
