@@ -47,6 +47,9 @@ my_ranks() {
 expect_ok "init mlp" "wrote mlp.bin" "$ZR" init --arch mlp -o mlp.bin
 expect_ok "init gpt2" "wrote gpt.bin" "$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 -o gpt.bin
 expect_ok "init llama" "wrote llama.bin" "$ZR" init --arch llama --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --ffn 96 -o llama.bin
+expect_fail "init: heads not dividing the width" "gpt2: --n_embd 65 is not divisible by --n_head 4" \
+  "$ZR" init --arch gpt2 --n_embd 65 --n_head 4 -o bad.bin
+expect_fail "init: a zero size" "llama: --n_layer must be positive, got 0" "$ZR" init --arch llama --n_layer 0 -o bad.bin
 expect_ok "report" "CPU backend" "$ZR" report
 expect_ok "report names NCCL" "NCCL \.+ (not used|[0-9]+\.[0-9]+|not loadable)" "$ZR" report
 expect_ok "report: what --device auto picks" "^--device auto \.+ cpu \((no GPU visible|built without CUDA)\)" "$ZR" report

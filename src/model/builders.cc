@@ -107,9 +107,20 @@ Model build_mlp(const MlpSpec& s, uint64_t seed) {
   return b.done();
 }
 
+namespace {
+// Names the size at fault (`zerorun init` passes the flags' values straight through).
+void check_transformer_sizes(const char* arch, int64_t vocab, int64_t n_ctx, int64_t n_embd, int64_t n_layer,
+                             int64_t n_head, int64_t ffn) {
+  const std::pair<const char*, int64_t> sizes[] = {{"vocab", vocab},     {"n_ctx", n_ctx},   {"n_embd", n_embd},
+                                                   {"n_layer", n_layer}, {"n_head", n_head}, {"ffn", ffn}};
+  for (const auto& [name, v] : sizes) ZR_CHECK(v > 0, arch, ": --", name, " must be positive, got ", v);
+  ZR_CHECK(n_embd % n_head == 0, arch, ": --n_embd ", n_embd, " is not divisible by --n_head ", n_head,
+           " (each head gets n_embd / n_head features)");
+}
+}  // namespace
+
 Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
-  ZR_CHECK(s.vocab > 0 && s.n_ctx > 0 && s.n_layer > 0 && s.n_head > 0 && s.n_embd % s.n_head == 0,
-           "gpt2: n_embd must be divisible by n_head and all sizes positive");
+  check_transformer_sizes("gpt2", s.vocab, s.n_ctx, s.n_embd, s.n_layer, s.n_head, 1);
   Builder b(seed);
   const int64_t C = s.n_embd;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
@@ -148,8 +159,7 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
 }
 
 Model build_llama(const LlamaSpec& s, uint64_t seed) {
-  ZR_CHECK(s.vocab > 0 && s.n_ctx > 0 && s.n_layer > 0 && s.n_head > 0 && s.n_embd % s.n_head == 0 && s.ffn > 0,
-           "llama: n_embd must be divisible by n_head and all sizes positive");
+  check_transformer_sizes("llama", s.vocab, s.n_ctx, s.n_embd, s.n_layer, s.n_head, s.ffn);
   // Llama-style: RMSNorm, SwiGLU MLP, no biases, untied head. Positions use a
   // learned table (rotary embeddings are not implemented yet).
   Builder b(seed);
