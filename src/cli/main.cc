@@ -17,6 +17,7 @@
 #include "zerorun/launch.h"
 #include "zerorun/merge.h"
 #include "zerorun/model.h"
+#include "zerorun/stop_signal.h"
 #include "zerorun/trainer.h"
 #include "zerorun/zero_plan.h"
 
@@ -141,6 +142,7 @@ std::vector<std::string> rank_command(const TrainOptions& o) {
 
 int main(int argc, char** argv) {
   zerorun::install_crash_handler();
+  zerorun::install_stop_handler();
   spdlog::set_pattern("[zerorun] %v");
   CLI::App app{"zerorun: native ZeRO training runtime (DeepSpeed-format configs)"};
   app.require_subcommand(0, 1);

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -18,6 +19,7 @@
 #include "zerorun/profile.h"
 #include "zerorun/rank_agreement.h"
 #include "zerorun/safetensors.h"
+#include "zerorun/stop_signal.h"
 
 namespace zerorun {
 
@@ -252,7 +254,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   const bool dynamic_scale = cfg.precision == Precision::FP16 && cfg.loss_scale.loss_scale == 0;
   constexpr int kMaxFixedScaleSkips = 5;
   int fixed_skips = 0;
-  while (engine.global_step() < cfg.train.steps) {
+  int stopped_by = 0;  // a graceful-stop signal all ranks agreed on (stop_signal.h)
+  while (engine.global_step() < cfg.train.steps && !stopped_by) {
     StepStats st = engine.train_step(*data);
     ZR_CHECK(std::isfinite(st.loss) || st.skipped, "loss became ", st.loss, " at step ", st.step,
              " (diverged; lower the learning rate or enable gradient_clipping)");
@@ -290,6 +293,15 @@ int run_training(const TrainOptions& o, Communicator& comm) {
         ((cfg.train.eval_interval > 0 && st.step % cfg.train.eval_interval == 0) || st.step == cfg.train.steps))
       evaluate(st.step);
     if (!cfg.train.save_dir.empty() && cfg.train.save_interval > 0 && st.step % cfg.train.save_interval == 0) save();
+    int sig = stop_signal();  // any rank's signal stops every rank after this same step
+    if (comm.size() > 1) comm.all_reduce(&sig, 1, DType::I32, ReduceOp::Max);
+    if (sig) {
+      stopped_by = sig;
+      if (lead)
+        spdlog::warn(
+            "signal {} ({}): stopping after step {}{}", sig, strsignal(sig), st.step,
+            cfg.train.save_dir.empty() ? " (no --save_dir: nothing is saved)" : "; saving a checkpoint to resume from");
+    }
   }
   if (!cfg.train.save_dir.empty() && last_save != engine.global_step()) save();
   if (lead)
@@ -297,6 +309,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
                  engine.memory_report());
   if (lead && engine.cuda_graphs()) spdlog::info("CUDA graphs: {} captures", engine.graph_captures());
   if (lead && profile::enabled()) spdlog::info("{}", profile::report());
+  if (stopped_by) return 128 + stopped_by;  // after the checkpoint: the job did not finish its steps
   if (!o.final_weights.empty()) {
     auto w = engine.master_weights();  // collective
     if (lead) {
