@@ -9,7 +9,5 @@ namespace zerorun {
 void install_stop_handler();
 // The signal received since install (0 if none).
 int stop_signal();
-// For tests: as if `sig` had arrived.
-void raise_stop(int sig);
 
 }  // namespace zerorun

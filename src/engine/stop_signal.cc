@@ -22,6 +22,4 @@ void install_stop_handler() {
 
 int stop_signal() { return g_stop.load(); }
 
-void raise_stop(int sig) { g_stop.store(sig); }
-
 }  // namespace zerorun
