@@ -9,7 +9,12 @@
 namespace zerorun {
 namespace {
 std::atomic<int> g_stop{0};
-void on_stop(int sig) { g_stop.store(sig); }
+void on_stop(int sig) {
+  if (g_stop.exchange(sig) != 0) {  // a second signal: the stop is not waited for (a step that hangs, impatience)
+    signal(sig, SIG_DFL);
+    raise(sig);
+  }
+}
 }  // namespace
 
 void install_stop_handler() {
