@@ -235,20 +235,22 @@ echo '{"train_batch_size": 8, "train": {"eval_batches": 0}}' >ev_bad.json
 expect_fail "eval_batches 0" "'train.eval_batches' must be >= 1" "$ZR" --config ev_bad.json gpt.bin --steps 1
 
 # Graceful stop: SIGUSR1 (a scheduler's warning before preemption; mpirun forwards it to every rank) ends the
-# run after the current step with a checkpoint there and exit 128 + 10; the resume finishes the job.
+# run after the current step with a checkpoint there, the --final_weights, and exit 128 + 10; the resume finishes
+# the job.
 for n in 1 2; do
   rm -rf stopS stopL
+  rm -f stopW.st
   "$ZR" --num_gpus $n --config c.json gpt.bin --steps 100000 --seq_len 16 --save_dir stopS --log_dir stopL \
-    >stop_$n.out 2>&1 &
+    --final_weights stopW.st >stop_$n.out 2>&1 &
   pid=$!
   for _ in $(seq 200); do [[ $(wc -l <stopL/metrics.jsonl 2>/dev/null || echo 0) -ge 3 ]] && break; sleep 0.1; done
   kill -USR1 $pid
   wait $pid; rc=$?
   at=$(sed -n 's/.*stopping after step \([0-9]*\).*/\1/p' stop_$n.out)
-  if [[ $rc -eq 138 && -n "$at" && "$(cat stopS/latest 2>/dev/null)" == "global_step$at" ]] &&
+  if [[ $rc -eq 138 && -n "$at" && "$(cat stopS/latest 2>/dev/null)" == "global_step$at" && -s stopW.st ]] &&
     "$ZR" --num_gpus $n --config c.json gpt.bin --steps $((at + 2)) --seq_len 16 --save_dir stopS --resume latest \
       2>&1 | grep -q "resumed from stopS/global_step$at at step $at"; then
-    ok "SIGUSR1 on $n rank(s): checkpoint at step $at, exit 138, the resume goes on from there"
+    ok "SIGUSR1 on $n rank(s): checkpoint at step $at, final weights written, exit 138, the resume goes on from there"
   else bad "SIGUSR1 on $n rank(s): rc=$rc, stopped at '$at', latest '$(cat stopS/latest 2>/dev/null)'"; tail -3 stop_$n.out; fi
 done
 

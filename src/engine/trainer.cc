@@ -309,7 +309,6 @@ int run_training(const TrainOptions& o, Communicator& comm) {
                  engine.memory_report());
   if (lead && engine.cuda_graphs()) spdlog::info("CUDA graphs: {} captures", engine.graph_captures());
   if (lead && profile::enabled()) spdlog::info("{}", profile::report());
-  if (stopped_by) return 128 + stopped_by;  // after the checkpoint: the job did not finish its steps
   if (!o.final_weights.empty()) {
     auto w = engine.master_weights();  // collective
     if (lead) {
@@ -319,7 +318,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
       spdlog::info("wrote final fp32 weights to {}", o.final_weights);
     }
   }
-  return 0;
+  return stopped_by ? 128 + stopped_by : 0;  // stopped by a signal: the job did not finish its steps
 }
 
 }  // namespace zerorun
