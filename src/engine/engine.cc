@@ -95,7 +95,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   if (offload_) host_grad_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Grads, Device::cpu());
   if (offload_ && !pdev_.is_cpu()) {
     int64_t most = 0;
-    for (size_t g = 0; g < plan_.groups.size(); ++g) most = std::max(most, plan_.owned(static_cast<int>(g), 0).size());
+    for (const zero::Group& g : plan_.groups) most = std::max(most, g.shard);
     offload_stage_ = Tensor::empty({most}, DType::F32, MemCategory::Buffers, Device::cpu());
   }
   pin_offload_buffers();
@@ -448,10 +448,7 @@ double Engine::eval_loss(DataSource& data, int64_t batches) {
   // that splits the batches into the same micro-batches.
   const size_t k = mine.size();
   std::vector<float> all(k * static_cast<size_t>(W));
-  if (W > 1)
-    comm_.all_gather(mine.data(), all.data(), static_cast<int64_t>(k), DType::F32);
-  else
-    all = mine;
+  comm_.all_gather(mine.data(), all.data(), static_cast<int64_t>(k), DType::F32);
   double sum = 0.0;
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t a = 0; a < cfg_.gas; ++a)

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <utility>
 
 #include "kernels/backend.h"
 #include "zerorun/build_info.h"
@@ -63,15 +64,15 @@ namespace {
 void resolve_auto_device(TrainOptions& o, Communicator& host) {
   if (o.device != "auto") return;
   const int n = cuda::device_count();  // 0 without CUDA, without a driver, or with no GPU visible
-  int have[2] = {n > 0 ? 1 : 0, n};
-  host.all_reduce(have, 2, DType::I32, ReduceOp::Sum);
+  int have = n > 0 ? 1 : 0;            // ranks that see a GPU
+  host.all_reduce(&have, 1, DType::I32, ReduceOp::Sum);
   const int world = host.size();
-  if (have[0] == 0) {
+  if (have == 0) {
     o.device = "cpu";
     o.device_note = built_with_cuda() ? "auto: no GPU visible" : "auto: this zerorun is built without CUDA";
   } else {
-    ZR_CHECK(have[0] == world, "--device auto: ", world - have[0], " of ", world, " ranks see no GPU (rank ",
-             host.rank(), " sees ", n, "); pass --device cuda or --device cpu");
+    ZR_CHECK(have == world, "--device auto: ", world - have, " of ", world, " ranks see no GPU (rank ", host.rank(),
+             " sees ", n, "); pass --device cuda or --device cpu");
     o.device = "cuda";
     o.device_note = world == 1 ? "auto: " + std::to_string(n) + " GPU(s) visible; --device cpu to train on the CPU"
                                : "auto: every rank sees a GPU; --device cpu to train on the CPU";
@@ -153,9 +154,12 @@ int run_training(const TrainOptions& o, Communicator& comm) {
               : "CPU arithmetic in f32");
   }
   Engine engine(model, cfg, comm, cfg.train.steps);
-  auto data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed);
-  std::vector<Fingerprint> data_prints = {{"the data (" + data->describe() + ")", data->fingerprint()}};
-  std::unique_ptr<DataSource> eval_data;
+  std::unique_ptr<DataSource> data, eval_data;  // `zerorun eval` reads no training data
+  std::vector<Fingerprint> data_prints;
+  if (!o.eval_only) {
+    data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed);
+    data_prints.push_back({"the data (" + data->describe() + ")", data->fingerprint()});
+  }
   ZR_CHECK(cfg.train.eval_interval == 0 || !cfg.train.eval_data.empty(), o.config_path,
            ": 'train.eval_interval' needs held-out data: set 'train.eval_data' or pass --eval_data");
   if (!cfg.train.eval_data.empty()) {
@@ -169,7 +173,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     spdlog::info("world {} ({}) | ZeRO stage {} | batch {} = micro {} x gas {} x world {} | {} | optimizer {} lr {}",
                  comm.size(), comm.name(), cfg.zero.stage, cfg.batch, cfg.micro, cfg.gas, comm.size(),
                  precision_name(cfg.precision), cfg.optimizer.type, cfg.optimizer.lr);
-    spdlog::info("data: {}", data->describe());
+    spdlog::info("data: {}", (data ? data : eval_data)->describe());
     spdlog::info("device: {}{}", gpu ? "cuda" : "cpu", o.device_note.empty() ? "" : " (" + o.device_note + ")");
   }
   spdlog::info("{}", engine.memory_report());  // every rank: its own shard sizes
@@ -183,7 +187,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
         "(ZERORUN_CUDA_GRAPHS=0 turns this off)");
   if (!o.resume.empty()) {
     std::string root = o.resume, tag;
-    if (path_exists(o.resume + "/latest") && !path_exists(o.resume + "/manifest.json")) {
+    if (path_exists(o.resume + "/latest")) {
       tag = "latest";  // a save_dir: its latest checkpoint
     } else if (!path_exists(o.resume + "/manifest.json")) {
       ZR_CHECK(!cfg.train.save_dir.empty(), "--resume ", o.resume,
@@ -197,11 +201,15 @@ int run_training(const TrainOptions& o, Communicator& comm) {
       spdlog::info("resumed from {} at step {} ({} samples)", ckpt::resolve_dir(root, tag), engine.global_step(),
                    engine.samples_seen());
   }
-  if (o.eval_only) {
+  // The held-out loss now, and the seconds it took.
+  auto timed_eval = [&] {
     const auto t0 = std::chrono::steady_clock::now();
     const double l = engine.eval_loss(*eval_data, cfg.train.eval_batches);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ZR_CHECK(std::isfinite(l), "eval loss is ", l);
+    ZR_CHECK(std::isfinite(l), "eval loss became ", l, " at step ", engine.global_step());
+    return std::pair{l, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+  };
+  if (o.eval_only) {
+    const auto [l, sec] = timed_eval();
     if (lead)
       spdlog::info("eval at step {} | eval_loss {:.6f} | perplexity {:.3f} | {} batches of {} | {:.2f} s",
                    engine.global_step(), l, std::exp(l), cfg.train.eval_batches, cfg.batch, sec);
@@ -239,10 +247,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     ZR_CHECK(eval_log, p, ": cannot open for writing");
   }
   auto evaluate = [&](int64_t step) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double l = engine.eval_loss(*eval_data, cfg.train.eval_batches);
-    const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ZR_CHECK(std::isfinite(l), "eval loss became ", l, " at step ", step);
+    const auto [l, sec] = timed_eval();
     if (!lead) return;
     spdlog::info("eval   {:>6}/{} | eval_loss {:.6f} | {} batches of {} | {:.2f} s", step, cfg.train.steps, l,
                  cfg.train.eval_batches, cfg.batch, sec);
