@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # README command 2: install dependencies, build, and run every test with ctest
-# (unit tests, end-to-end CLI tests, the PyTorch oracle).
+# (unit tests, end-to-end CLI tests, the PyTorch oracle), then the parsers' fuzz
+# test again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/;
+# ZERORUN_SKIP_SANITIZE=1 leaves that out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash cmake/install_deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$(nproc)"
-cd build
-ctest --output-on-failure -j"$(nproc)"
+(cd build && ctest --output-on-failure -j"$(nproc)")
+if [[ "${ZERORUN_SKIP_SANITIZE:-0}" != 1 ]]; then
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Release -DZERORUN_SANITIZE=ON -DZERORUN_ENABLE_CUDA=OFF
+  cmake --build build-asan -j"$(nproc)" --target zerorun_fuzz_test
+  (cd build-asan/tests && UBSAN_OPTIONS=print_stacktrace=1 OMP_NUM_THREADS=1 ./zerorun_fuzz_test --iters 400)
+fi

@@ -27,6 +27,12 @@ double train_flops_per_token(const Model& m, int64_t T);
 void save_model(const std::string& path, const Model& m);
 // Fills symbols/graph_hash/tensor_names from graph+tensors and validates.
 void finalize_model(Model& m);
+// The pieces of finalize_model, also for graphs that come without tensors (a checkpoint manifest's):
+// the graph's "symbols" metadata (positive integers), its hash (what model.bin and checkpoints carry), and its
+// validation against parameter shapes (B = 1; every parameter used), returning the parameters in first-use order.
+std::map<std::string, int64_t> graph_symbols(const Graph& g);
+std::string graph_hash(const Graph& g);
+std::vector<std::string> check_graph_params(const Graph& g, const std::map<std::string, Shape>& param_shapes);
 
 struct MlpSpec {
   int64_t in = 512, hidden = 1024, out = 512, layers = 1;  // hidden layers

@@ -14,6 +14,7 @@
 
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/model.h"
 #include "zerorun/safetensors.h"
 #include "zerorun/strict_json.h"
 
@@ -54,13 +55,100 @@ std::string resolve_dir(const std::string& save_dir, const std::string& tag) {
   return d;
 }
 
+namespace {
+
+// Every field loading and merging read, checked for type and range before any is used: a manifest edited by hand
+// or damaged gives an error naming the field, never a JSON type error or a read outside a shard.
+void check_manifest(const nlohmann::json& m) {
+  using json = nlohmann::json;
+  auto field = [](const json& o, const std::string& where, const char* k) -> const json& {
+    ZR_CHECK(o.is_object() && o.contains(k), "missing '", where, k, "'");
+    return o[k];
+  };
+  auto count = [&](const json& o, const std::string& where, const char* k, int64_t lo, int64_t hi) {
+    const json& v = field(o, where, k);
+    ZR_CHECK(v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi, "'", where, k,
+             "' must be an integer in [", lo, ", ", hi, "], got ", v.dump());
+    return v.get<int64_t>();
+  };
+  auto text = [&](const json& o, const std::string& where, const char* k) {
+    const json& v = field(o, where, k);
+    ZR_CHECK(v.is_string(), "'", where, k, "' must be a string, got ", v.dump());
+    return v.get<std::string>();
+  };
+  constexpr int64_t kMax = int64_t{1} << 50;
+  ZR_CHECK(m.is_object() && m.value("format", json()) == "zerorun.checkpoint", "not a zerorun checkpoint manifest");
+  ZR_CHECK(m.value("version", json()) == 1, "unsupported checkpoint version ", m.value("version", json()).dump(),
+           " (this zerorun reads version 1)");
+  count(m, "", "step", 0, kMax);
+  count(m, "", "updates", 0, kMax);
+  if (m.contains("samples")) count(m, "", "samples", 0, kMax);
+  if (m.contains("data")) count(field(m, "", "data"), "data.", "next_sample", 0, kMax);
+  const int64_t world = count(m, "", "world_size", 1, 1 << 20);
+  const json& opt = field(m, "", "optimizer");
+  text(opt, "optimizer.", "type");
+  count(opt, "optimizer.", "steps", 0, kMax);
+  ZR_CHECK(field(m, "", "loss_scaler").is_object(), "'loss_scaler' must be an object");
+  // The graph: the one the hash names, valid with the parameters' shapes.
+  const std::string hash = text(m, "", "graph_hash");
+  Graph g;
+  ZR_WITH_CONTEXT("'graph'", g = Graph::from_json(field(m, "", "graph")));
+  ZR_CHECK(graph_hash(g) == hash, "'graph' does not match 'graph_hash' ", hash, " (edited manifest?)");
+  // Shards: zero_rank_<r>.safetensors for r < world_size (never another path), with size and checksum.
+  const json& files = field(m, "", "files");
+  ZR_CHECK(files.is_object(), "'files' must be an object");
+  for (auto& [name, info] : files.items()) {
+    bool ours = false;
+    for (int r = 0; r < world && !ours; ++r) ours = name == shard_name(r);
+    ZR_CHECK(ours, "files: '", name, "' is not a shard name of this world size (zero_rank_<r>.safetensors, r < ", world,
+             ")");
+    count(info, "files." + name + ".", "bytes", 0, kMax);
+    std::string crc = text(info, "files." + name + ".", "crc32");
+    ZR_CHECK(crc.size() == 8 && crc.find_first_not_of("0123456789abcdef") == std::string::npos, "files.", name,
+             ".crc32 must be 8 hex digits, got '", crc, "'");
+  }
+  // Parameters: shape and numel agree; slices of listed shards cover [0, numel) once, in order.
+  const json& params = field(m, "", "params");
+  ZR_CHECK(params.is_object(), "'params' must be an object");
+  std::map<std::string, Shape> shapes;
+  for (auto& [name, p] : params.items()) {
+    const std::string w = "params." + name + ".";
+    const json& shape = field(p, w, "shape");
+    ZR_CHECK(shape.is_array(), "'", w, "shape' must be an array");
+    Shape sh;
+    int64_t n = 1;
+    for (auto& d : shape) {
+      ZR_CHECK(d.is_number_integer() && d.get<int64_t>() >= 1 && d.get<int64_t>() <= kMax / n, "'", w,
+               "shape' must hold positive integers, got ", shape.dump());
+      sh.push_back(d.get<int64_t>());
+      n *= sh.back();
+    }
+    ZR_CHECK(count(p, w, "numel", 0, kMax) == n, "'", w, "numel' ", p["numel"].dump(),
+             " is not the product of its shape ", shape.dump());
+    const json& slices = field(p, w, "slices");
+    ZR_CHECK(slices.is_array(), "'", w, "slices' must be an array");
+    int64_t at = 0;
+    for (auto& sl : slices) {
+      const int64_t r = count(sl, w + "slices[].", "rank", 0, world - 1);
+      const int64_t b = count(sl, w + "slices[].", "begin", 0, n), e = count(sl, w + "slices[].", "end", 0, n);
+      ZR_CHECK(b == at && e > b, "'", w, "slices' must cover [0, ", n, ") in order without gaps or overlaps; got ",
+               slices.dump());
+      ZR_CHECK(files.contains(shard_name(static_cast<int>(r))), "'", w, "slices' name rank ", r,
+               " whose shard is not in 'files'");
+      at = e;
+    }
+    ZR_CHECK(at == n, "'", w, "slices' must cover [0, ", n, "), they end at ", at);
+    shapes[name] = sh;
+  }
+  ZR_WITH_CONTEXT("'graph' and 'params'", check_graph_params(g, shapes));
+}
+
+}  // namespace
+
 nlohmann::json read_manifest(const std::string& dir, bool verify) {
   std::string mp = dir + "/manifest.json";
   nlohmann::json m = load_json_file_strict(mp);
-  ZR_CHECK(m.value("format", "") == "zerorun.checkpoint", mp, ": not a zerorun checkpoint manifest");
-  ZR_CHECK(m.value("version", 0) == 1, mp, ": unsupported checkpoint version");
-  for (auto* k : {"files", "params", "graph_hash", "world_size", "step"})
-    ZR_CHECK(m.contains(k), mp, ": missing '", k, "'");
+  ZR_WITH_CONTEXT(mp, check_manifest(m));
   if (verify) {
     std::set<std::string> all;
     for (auto& [name, info] : m["files"].items()) all.insert(name);
@@ -87,13 +175,15 @@ void verify_shards(const std::string& dir, const nlohmann::json& m, const std::s
 std::vector<Piece> pieces_for(const nlohmann::json& m, const std::string& param, const std::string& kind, int64_t b,
                               int64_t e) {
   ZR_CHECK(m["params"].contains(param), "checkpoint has no parameter '", param, "'");
+  ZR_CHECK(b >= 0 && b <= e && e <= m["params"][param]["numel"].get<int64_t>(), "checkpoint parameter '", param,
+           "' has no elements [", b, ", ", e, ")");
   std::vector<Piece> out;
   int64_t covered = 0;
   for (auto& s : m["params"][param]["slices"]) {
     int64_t sb = s["begin"].get<int64_t>(), se = s["end"].get<int64_t>();
     int64_t lo = std::max(b, sb), hi = std::min(e, se);
     if (hi <= lo) continue;
-    out.push_back({shard_name(s["rank"].get<int>()), param + "." + kind, lo - sb, hi - lo, lo - b});
+    out.push_back({shard_name(s["rank"].get<int>()), param + "." + kind, lo - sb, hi - lo, lo - b, se - sb});
     covered += hi - lo;
   }
   ZR_CHECK(covered == e - b, "checkpoint slices of '", param, "' do not cover elements [", b, ", ", e, ")");
@@ -230,7 +320,8 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
       auto it = headers.find(pc.file);
       if (it == headers.end()) it = headers.emplace(pc.file, read_safetensors_header(dir + "/" + pc.file)).first;
       const SafetensorsEntry* ent = it->second.find(pc.tensor);
-      ZR_CHECK(ent && ent->dtype == DType::F32, dir, "/", pc.file, ": has no f32 tensor '", pc.tensor, "'");
+      ZR_CHECK(ent && ent->dtype == DType::F32 && shape_numel(ent->shape) == pc.stored, dir, "/", pc.file,
+               ": has no f32 tensor '", pc.tensor, "' of ", pc.stored, " elements (the manifest's slice)");
       read_safetensors_range(it->second, *ent, pc.src_first, pc.count, dst + pc.dst_offset);
     }
   };
@@ -290,7 +381,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
                   : m.contains("samples")                                 ? m["samples"].get<int64_t>()
                                                                           : global_step_ * cfg_.batch;
   opt_->set_steps(m["optimizer"]["steps"].get<int64_t>());
-  scaler_->load_state(m["loss_scaler"]);
+  ZR_WITH_CONTEXT(mp, scaler_->load_state(m["loss_scaler"]));
   if (stage_ == 3)
     for (size_t g = 0; g < rt_.size(); ++g)
       if (rt_[g].persistent)

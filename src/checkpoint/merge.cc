@@ -17,8 +17,10 @@ namespace zerorun {
 
 namespace {
 nlohmann::json hf_config(const nlohmann::json& graph) {
-  std::string arch = graph.value("arch", "");
-  nlohmann::json ac = graph.value("arch_config", nlohmann::json::object());
+  const nlohmann::json none;
+  std::string arch = graph.value("arch", none).is_string() ? graph["arch"].get<std::string>() : "";
+  nlohmann::json ac = graph.value("arch_config", none);
+  if (!ac.is_object()) ac = nlohmann::json::object();
   if (arch == "gpt2") {
     ac["model_type"] = "gpt2";
     ac["architectures"] = {"GPT2LMHeadModel"};
@@ -72,7 +74,8 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
       auto it = headers.find(pc.file);
       if (it == headers.end()) it = headers.emplace(pc.file, read_safetensors_header(dir + "/" + pc.file)).first;
       const SafetensorsEntry* e = it->second.find(pc.tensor);
-      ZR_CHECK(e, dir, "/", pc.file, ": has no tensor '", pc.tensor, "'");
+      ZR_CHECK(e && e->dtype == DType::F32 && shape_numel(e->shape) == pc.stored, dir, "/", pc.file,
+               ": has no f32 tensor '", pc.tensor, "' of ", pc.stored, " elements (the manifest's slice)");
       read_safetensors_range(it->second, *e, pc.src_first, pc.count, buf.data() + pc.dst_offset);
     }
     bin.append(name, buf.data(), buf.size() * 4);

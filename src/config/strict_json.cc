@@ -1,6 +1,9 @@
 // Recursive-descent JSON parser with line/column errors and duplicate-key detection.
 #include "zerorun/strict_json.h"
 
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "zerorun/error.h"
@@ -118,6 +121,19 @@ class Parser {
       s += static_cast<char>(0x80 | (cp & 0x3f));
     }
   }
+  // Length of the well-formed UTF-8 sequence at `at` (RFC 3629: no overlong forms, surrogates or values past
+  // U+10FFFF), 0 if it is not one.
+  size_t utf8_length(size_t at) const {
+    auto b = [&](size_t i) { return at + i < t_.size() ? static_cast<unsigned char>(t_[at + i]) : 0u; };
+    const unsigned c = b(0);
+    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    for (size_t i = 1; i < n; ++i)
+      if ((b(i) & 0xc0) != 0x80) return 0;
+    if ((c == 0xe0 && b(1) < 0xa0) || (c == 0xed && b(1) >= 0xa0) || (c == 0xf0 && b(1) < 0x90) ||
+        (c == 0xf4 && b(1) >= 0x90))
+      return 0;
+    return n;
+  }
   uint32_t hex4() {
     if (p_ + 4 > t_.size()) fail("truncated \\u escape");
     uint32_t v = 0;
@@ -144,6 +160,13 @@ class Parser {
       char c = t_[p_++];
       if (c == '"') break;
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string (unterminated string?)", p_ - 1);
+      if (static_cast<unsigned char>(c) >= 0x80) {  // a UTF-8 sequence, copied whole once checked
+        const size_t at = p_ - 1, n = utf8_length(at);
+        if (!n) fail("invalid UTF-8 in string (JSON text must be UTF-8)", at);
+        s.append(t_, at, n);
+        p_ = at + n;
+        continue;
+      }
       if (c != '\\') {
         s += c;
         continue;
@@ -176,12 +199,15 @@ class Parser {
           s += '\t';
           break;
         case 'u': {
+          const size_t esc = p_ - 2;
           uint32_t cp = hex4();
           if (cp >= 0xd800 && cp < 0xdc00 && t_.compare(p_, 2, "\\u") == 0) {
             p_ += 2;
             uint32_t lo = hex4();
+            if (lo < 0xdc00 || lo > 0xdfff) fail("\\u escape: high surrogate not followed by a low one", esc);
             cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
           }
+          if (cp >= 0xd800 && cp <= 0xdfff) fail("\\u escape: unpaired surrogate", esc);
           utf8(s, cp);
           break;
         }
@@ -221,7 +247,10 @@ class Parser {
       } catch (...) {
       }
     }
-    return nlohmann::json(std::stod(s));
+    errno = 0;
+    const double v = std::strtod(s.c_str(), nullptr);
+    if (errno == ERANGE && std::fabs(v) > 1.0) fail("number out of range: " + s, start);
+    return nlohmann::json(v);
   }
 
   const std::string& t_;

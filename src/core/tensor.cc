@@ -9,6 +9,8 @@ namespace zerorun {
 
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
+  for (auto d : s)
+    if (d == 0) return 0;  // first: the other dimensions' product may not fit
   for (auto d : s) n *= d;
   return n;
 }

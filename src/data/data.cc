@@ -41,6 +41,11 @@ void read_llmc(const std::string& path, std::vector<uint32_t>& out) {
   ZR_CHECK(h[0] == 20240520, path, ": bad magic ", h[0], " (an llm.c token shard starts with 20240520)");
   ZR_CHECK(h[1] == 1, path, ": unsupported token shard version ", h[1], " (expected 1: uint16 tokens)");
   ZR_CHECK(h[2] >= 0, path, ": negative token count");
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  ZR_CHECK(size >= sizeof h + 2 * static_cast<uint64_t>(h[2]), path, ": header says ", h[2], " tokens (",
+           sizeof h + 2 * static_cast<uint64_t>(h[2]), " bytes) but the file has ", size, " bytes (truncated shard?)");
+  in.seekg(sizeof h);
   std::vector<uint16_t> t(static_cast<size_t>(h[2]));
   in.read(reinterpret_cast<char*>(t.data()), static_cast<std::streamsize>(t.size() * 2));
   ZR_CHECK(in && static_cast<size_t>(in.gcount()) == t.size() * 2, path, ": header says ", h[2],
@@ -69,7 +74,27 @@ void read_npy(const std::string& path, std::vector<uint32_t>& out) {
   if (header.find("'<u4'") != std::string::npos) width = 4;
   ZR_CHECK(width, path, ": .npy dtype must be uint16 ('<u2') or uint32 ('<u4'); header is ", header);
   ZR_CHECK(header.find("'fortran_order': False") != std::string::npos, path, ": .npy must be C-ordered");
+  // The shape (any rank, read flat) must account for every data byte.
+  const size_t sp = header.find("'shape':"), open = header.find('(', sp), close = header.find(')', open);
+  ZR_CHECK(sp != std::string::npos && open != std::string::npos && close != std::string::npos, path,
+           ": .npy header has no shape tuple: ", header);
+  uint64_t count = 1;
+  std::istringstream dims(header.substr(open + 1, close - open - 1));
+  for (std::string d; std::getline(dims, d, ',');) {
+    d.erase(0, d.find_first_not_of(' '));
+    d.erase(d.find_last_not_of(' ') + 1);
+    if (d.empty()) continue;  // the trailing comma of "(N,)"
+    ZR_CHECK(d.size() <= 15 && d.find_first_not_of("0123456789") == std::string::npos, path, ": .npy shape entry '", d,
+             "' is not a dimension");
+    const uint64_t v = std::stoull(d);
+    ZR_CHECK(v == 0 || count <= s.size() / v, path, ": .npy shape ", header.substr(open, close - open + 1),
+             " is larger than the file");
+    count *= v;
+  }
   size_t data = off + hl, n = (s.size() - data) / width;
+  ZR_CHECK(n == count && (s.size() - data) % width == 0, path, ": .npy shape ", header.substr(open, close - open + 1),
+           " holds ", count, " tokens but the data section has ", s.size() - data, " bytes (", width,
+           " bytes a token; truncated file?)");
   for (size_t i = 0; i < n; ++i) {
     uint32_t v = 0;
     std::memcpy(&v, s.data() + data + i * width, width);

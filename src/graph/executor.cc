@@ -330,7 +330,8 @@ void Executor::backward(float loss_grad) {
         ZR_CHECK(!c.din_acc[0] && is16(c.din[0]), "fused GELU gradient: expected a fresh 16-bit gradient");
         c.dgelu_input = values_[gelu_in];
       }
-      for (auto& [role, name] : n.params) {
+      for (auto& role_name : n.params) {
+        const std::string &role = role_name.first, &name = role_name.second;  // (lambdas cannot capture bindings)
         c.params[role] = params_[name];
         auto it = grads_.find(name);
         if (it == grads_.end() || !it->second.defined()) continue;

@@ -36,17 +36,21 @@ Graph Graph::from_json(const json& j) {
   for (auto& ij : j["inputs"]) {
     ZR_CHECK(ij.is_object() && ij.contains("name") && ij.contains("dtype") && ij.contains("shape"),
              "graph input needs name, dtype and shape");
+    ZR_CHECK(ij["name"].is_string() && ij["dtype"].is_string(), "graph input name and dtype must be strings");
     InputSpec in;
     in.name = ij["name"].get<std::string>();
     in.dtype = dtype_from_string(ij["dtype"].get<std::string>());
     ZR_CHECK(ij["shape"].is_array(), "input '", in.name, "' shape must be an array");
     for (auto& d : ij["shape"]) {
-      if (d.is_number_integer())
+      const bool symbol =
+          d.is_string() && !d.get<std::string>().empty() && d.get<std::string>().find_first_of("0123456789") != 0;
+      if (d.is_number_integer() && d.get<int64_t>() >= 1 && d.get<int64_t>() <= (int64_t{1} << 24))
         in.dims.push_back(std::to_string(d.get<int64_t>()));
-      else if (d.is_string())
+      else if (symbol)
         in.dims.push_back(d.get<std::string>());
       else
-        ZR_FAIL("input '", in.name, "' has a dimension that is neither a number nor a symbol");
+        ZR_FAIL("input '", in.name,
+                "' has a dimension that is neither a number in [1, 16777216] nor a symbol: ", d.dump());
     }
     g.inputs.push_back(in);
   }

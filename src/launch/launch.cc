@@ -17,6 +17,7 @@ std::string trim(const std::string& s) {
 int to_int(const std::string& s, const std::string& what) {
   ZR_CHECK(!s.empty() && s.find_first_not_of("0123456789") == std::string::npos, what, ": '", s,
            "' is not a non-negative integer");
+  ZR_CHECK(s.size() <= 6, what, ": '", s, "' is too large (at most 999999)");
   return std::stoi(s);
 }
 }  // namespace
@@ -82,7 +83,9 @@ std::vector<Placement> place(const LaunchRequest& r) {
     out.push_back(p);
   }
   auto check_known = [&](const std::map<std::string, std::set<int>>& f, const char* flag) {
-    for (auto& [host, slots] : f) {
+    for (auto& host_slots : f) {
+      const std::string& host = host_slots.first;
+      const std::set<int>& slots = host_slots.second;
       auto it = std::find_if(hosts.begin(), hosts.end(), [&](const Host& h) { return h.name == host; });
       ZR_CHECK(it != hosts.end(), flag, ": host '", host, "' is not in the hostfile");
       for (int s : slots)

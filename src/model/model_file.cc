@@ -20,27 +20,42 @@ std::map<std::string, Shape> Model::param_shapes() const {
   return r;
 }
 
-void finalize_model(Model& m) {
-  m.symbols.clear();
-  if (m.graph.meta.contains("symbols")) {
-    ZR_CHECK(m.graph.meta["symbols"].is_object(), "graph 'symbols' must be an object");
-    for (auto& [k, v] : m.graph.meta["symbols"].items()) {
-      ZR_CHECK(v.is_number_integer() && v.get<int64_t>() > 0, "graph symbol '", k, "' must be a positive integer");
-      m.symbols[k] = v.get<int64_t>();
+std::map<std::string, int64_t> graph_symbols(const Graph& g) {
+  std::map<std::string, int64_t> syms;
+  if (g.meta.contains("symbols")) {
+    ZR_CHECK(g.meta["symbols"].is_object(), "graph 'symbols' must be an object");
+    for (auto& [k, v] : g.meta["symbols"].items()) {
+      ZR_CHECK(v.is_number_integer() && v.get<int64_t>() > 0 && v.get<int64_t>() <= (int64_t{1} << 24),
+               "graph symbol '", k, "' must be an integer in [1, 16777216]");
+      syms[k] = v.get<int64_t>();
     }
   }
-  auto syms = m.symbols;
+  return syms;
+}
+
+std::string graph_hash(const Graph& g) {
+  std::string j = g.to_json().dump();
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", crc32_update(0xffffffffu, j.data(), j.size()) ^ 0xffffffffu);
+  return buf;
+}
+
+std::vector<std::string> check_graph_params(const Graph& g, const std::map<std::string, Shape>& param_shapes) {
+  auto syms = graph_symbols(g);
   syms["B"] = 1;
-  m.graph.validate(m.param_shapes(), syms);
-  m.tensor_names = m.graph.param_order();
-  for (auto& [k, t] : m.tensors) {
-    bool used = std::find(m.tensor_names.begin(), m.tensor_names.end(), k) != m.tensor_names.end();
+  g.validate(param_shapes, syms);
+  std::vector<std::string> order = g.param_order();
+  for (auto& [k, shape] : param_shapes) {
+    bool used = std::find(order.begin(), order.end(), k) != order.end();
     ZR_CHECK(used, "tensor '", k, "' is not used by any node of the graph");
   }
-  std::string g = m.graph.to_json().dump();
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", crc32_update(0xffffffffu, g.data(), g.size()) ^ 0xffffffffu);
-  m.graph_hash = buf;
+  return order;
+}
+
+void finalize_model(Model& m) {
+  m.symbols = graph_symbols(m.graph);
+  m.tensor_names = check_graph_params(m.graph, m.param_shapes());
+  m.graph_hash = graph_hash(m.graph);
 }
 
 Model load_model(const std::string& path) {

@@ -68,8 +68,8 @@ SafetensorsFile read_safetensors_header(const std::string& path) {
     ZR_WITH_CONTEXT(where, e.dtype = dtype_from_string(v["dtype"].get<std::string>()));
     ZR_CHECK(v["shape"].is_array(), where, ": shape must be an array");
     for (auto& d : v["shape"]) {
-      ZR_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0), where,
-               ": shape entries must be non-negative integers");
+      ZR_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<uint64_t>() <= (uint64_t{1} << 48), where,
+               ": shape entries must be integers in [0, 2^48], got ", d.dump());
       e.shape.push_back(d.get<int64_t>());
     }
     auto& off = v["data_offsets"];
@@ -79,7 +79,12 @@ SafetensorsFile read_safetensors_header(const std::string& path) {
     e.end = off[1].get<uint64_t>();
     ZR_CHECK(e.begin <= e.end && e.end <= data_size, where, ": data_offsets [", e.begin, ", ", e.end,
              "] out of range of the ", data_size, "-byte data section (truncated file?)");
-    uint64_t want = static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+    // Elements, saturating past the data section (a corrupt shape must not overflow the product).
+    uint64_t numel = 1;
+    for (int64_t d : e.shape)
+      numel = d == 0 ? 0 : numel > data_size / static_cast<uint64_t>(d) ? data_size + 1 : numel * d;
+    if (std::find(e.shape.begin(), e.shape.end(), 0) != e.shape.end()) numel = 0;
+    uint64_t want = numel * dtype_size(e.dtype);
     ZR_CHECK(want == e.end - e.begin, where, ": shape ", shape_str(e.shape), " x ", dtype_name(e.dtype), " needs ",
              want, " bytes but data_offsets span ", e.end - e.begin);
     f.entries.push_back(e);

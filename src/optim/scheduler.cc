@@ -1,4 +1,5 @@
 // LR schedules with DeepSpeed's formulas (deepspeed/runtime/lr_schedules.py).
+#include <algorithm>
 #include <cmath>
 
 #include "zerorun/error.h"
@@ -143,10 +144,22 @@ nlohmann::json LossScaler::state() const {
 }
 
 void LossScaler::load_state(const nlohmann::json& j) {
-  scale_ = j.at("scale").get<double>();
-  cur_iter_ = j.at("cur_iter").get<int64_t>();
-  last_overflow_iter_ = j.at("last_overflow_iter").get<int64_t>();
-  cur_hysteresis_ = j.at("cur_hysteresis").get<int>();
+  auto num = [&](const char* k) {
+    ZR_CHECK(j.is_object() && j.contains(k) && j[k].is_number(), "loss_scaler: '", k, "' must be a number");
+    return j[k].get<double>();
+  };
+  auto whole = [&](const char* k) {
+    ZR_CHECK(j.is_object() && j.contains(k) && j[k].is_number_integer() && j[k].get<int64_t>() >= -1 &&
+                 j[k].get<int64_t>() <= (int64_t{1} << 50),
+             "loss_scaler: '", k, "' must be an integer >= -1");
+    return j[k].get<int64_t>();
+  };
+  const double scale = num("scale");
+  ZR_CHECK(std::isfinite(scale) && scale > 0, "loss_scaler: 'scale' must be positive and finite, got ", scale);
+  scale_ = scale;
+  cur_iter_ = whole("cur_iter");
+  last_overflow_iter_ = whole("last_overflow_iter");
+  cur_hysteresis_ = static_cast<int>(std::min<int64_t>(whole("cur_hysteresis"), 1 << 30));
 }
 
 }  // namespace zerorun

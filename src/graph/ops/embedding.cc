@@ -5,7 +5,7 @@
 
 namespace zerorun::ops {
 namespace {
-bool positional(const Node& n) { return n.attrs.value("position", false); }
+bool positional(const Node& n) { return attr_bool(n, "position", false); }
 
 class Embedding : public Op {
  public:

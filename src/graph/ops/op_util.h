@@ -1,5 +1,7 @@
 // Small helpers shared by the op files (shape checks, attribute reading).
 #pragma once
+#include <cfloat>
+#include <cmath>
 #include <memory>
 
 #include "kernels/backend.h"
@@ -21,7 +23,14 @@ inline void expect_f32(const ValueInfo& v, const char* what) {
 inline float attr_float(const Node& n, const char* key, float def) {
   if (!n.attrs.contains(key)) return def;
   ZR_CHECK(n.attrs[key].is_number(), "attribute '", key, "' must be a number");
-  return n.attrs[key].get<float>();
+  const double v = n.attrs[key].get<double>();
+  ZR_CHECK(std::isfinite(v) && std::fabs(v) <= FLT_MAX, "attribute '", key, "' is out of float range: ", v);
+  return static_cast<float>(v);
+}
+inline bool attr_bool(const Node& n, const char* key, bool def) {
+  if (!n.attrs.contains(key)) return def;
+  ZR_CHECK(n.attrs[key].is_boolean(), "attribute '", key, "' must be true or false");
+  return n.attrs[key].get<bool>();
 }
 inline int64_t attr_int(const Node& n, const char* key) {
   ZR_CHECK(n.attrs.contains(key) && n.attrs[key].is_number_integer(), "attribute '", key, "' must be an integer");
