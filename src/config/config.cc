@@ -324,8 +324,12 @@ void parse_train(Reader r, Config& c) {
   t.seed = static_cast<uint64_t>(r.integer("seed", 1234));
   t.log_dir = r.str("log_dir", "");
   t.seq_len = r.integer("seq_len", 0);
-  ZR_CHECK(t.steps >= 0 && t.save_interval >= 0 && t.eval_interval >= 0 && t.seq_len >= 0, c.source,
-           ": 'train' values must be non-negative");
+  const std::pair<const char*, int64_t> counts[] = {{"steps", t.steps},
+                                                    {"save_interval", t.save_interval},
+                                                    {"eval_interval", t.eval_interval},
+                                                    {"seq_len", t.seq_len},
+                                                    {"seed", static_cast<int64_t>(t.seed)}};
+  for (auto& [k, v] : counts) ZR_CHECK(v >= 0, c.source, ": 'train.", k, "' must be >= 0, got ", v);
   ZR_CHECK(t.eval_batches >= 1, c.source, ": 'train.eval_batches' must be >= 1, got ", t.eval_batches);
 }
 

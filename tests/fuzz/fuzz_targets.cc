@@ -91,6 +91,26 @@ void train_one_step(const Model& m) {
   e.eval_loss(*data, 1);
 }
 
+// A config that resolved: two training steps of a tiny GPT-2 with it (as `zerorun train` would after its own
+// checks). An error there is a rejection too; the trainer reports it against the config, as this does.
+void train_with_config(const Config& c, const std::string& path) {
+  if (c.micro > 64 || c.gas > 64) return;  // valid but slow, not what this target looks for
+  Gpt2Spec s;
+  s.vocab = 32;
+  s.n_ctx = 8;
+  s.n_embd = 16;
+  s.n_layer = 1;
+  s.n_head = 2;
+  static const Model m = build_gpt2(s, 2);
+  auto comm = make_self_comm();
+  ZR_WITH_CONTEXT(path, {
+    Engine e(m, c, *comm, 2);
+    auto data = make_data_source("synthetic", m, e.seq_len(), 1);
+    e.train_step(*data);
+    e.train_step(*data);
+  });
+}
+
 // The checkpoint the manifest target mutates the manifest of: a tiny GPT-2 after one ZeRO-2 step.
 struct CheckpointFixture {
   Model model;
@@ -175,6 +195,7 @@ void run_target(const std::string& target, const uint8_t* d, size_t n, std::stri
       rc.world_size = world;
       rc.hidden = 64;
       resolve_config(r, rc);
+      if (world == 1) train_with_config(r, named);
     }
   } else if (target == "hostfile") {
     // Input: hostfile text, then optionally "\n--\n" and an --include spec, "\n--\n" and an --exclude spec.

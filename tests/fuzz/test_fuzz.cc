@@ -259,6 +259,7 @@ int main(int argc, char** argv) {
     }
   }
   const std::string src = ZR_SOURCE_DIR;
+  const bool verbose = std::getenv("ZERORUN_FUZZ_VERBOSE") != nullptr;  // print every rejection's message
   int failures = 0;
   for (const std::string& t : target_names()) {
     if (!only.empty() && t != only) continue;
@@ -291,6 +292,7 @@ int main(int argc, char** argv) {
       try {
         Outcome o = run(t, reinterpret_cast<const uint8_t*>(in.data()), in.size());
         (o == Outcome::Accepted ? accepted : rejected)++;
+        if (verbose && o == Outcome::Rejected) std::printf("rejected: %s\n", last_error().c_str());
         if (i < static_cast<int64_t>(n_seeds)) {
           if (o == Outcome::Accepted)
             ++seeds_ok;
