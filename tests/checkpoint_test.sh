@@ -74,8 +74,35 @@ done
 rm -rf S B M
 run --num_gpus 3 --config c3.json ckm.bin --steps 4 --micro_batch_size 4 --save_dir S --final_weights live.st
 out=$(env -u OMPI_MCA_btl "$ZR" merge S M 2>&1)
-if [[ "$(wdiff M/model.safetensors live.st)" == "0" && -s M/config.json ]]; then ok "merge == live weights (exact)"; else bad "merge differs: $out"; fi
-"$ZR" merge S M16 --dtype bf16 >/dev/null 2>&1
+if [[ "$(wdiff M/model.bin live.st)" == "0" && -s M/config.json ]]; then ok "merge == live weights (exact)"; else bad "merge differs: $out"; fi
+"$ZR" merge S MZ --layout zerorun >/dev/null 2>&1
+if [[ "$(wdiff MZ/model.safetensors live.st)" == "0" ]] && grep -q zerorun_note MZ/config.json; then
+  ok "merge --layout zerorun: model.bin's names and layout, config.json says so"
+else bad "merge --layout zerorun differs"; fi
+# The default layout is what transformers' GPT2LMHeadModel loads: "transformer." names, Conv1D weights [in, out].
+if "$PY" - M/model.safetensors live.st M/config.json <<'PY'
+import json, struct, sys
+from array import array
+def load(p):
+    b = open(p, "rb").read(); (n,) = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n]); meta = h.pop("__metadata__", {})
+    out = {}
+    for k, e in h.items():
+        s, t = e["data_offsets"]; a = array("f"); a.frombytes(b[8 + n + s:8 + n + t]); out[k] = (e["shape"], a)
+    return out, meta
+hf, meta = load(sys.argv[1]); live, _ = load(sys.argv[2]); cfg = json.load(open(sys.argv[3]))
+conv = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight")
+assert meta.get("format") == "pt" and cfg["architectures"] == ["GPT2LMHeadModel"], (meta, cfg)
+assert set(hf) == {"transformer." + k for k in live}, sorted(set(hf) ^ {"transformer." + k for k in live})
+for k, (shape, a) in live.items():
+    hs, ha = hf["transformer." + k]
+    if k.endswith(conv):
+        r, c = shape
+        assert hs == [c, r] and all(ha[j * r + i] == a[i * c + j] for i in range(r) for j in range(c)), k
+    else:
+        assert hs == shape and ha == a, k
+PY
+then ok "merge (default): GPT2LMHeadModel names and Conv1D [in, out] weights, exact"; else bad "merge HF layout"; fi
+"$ZR" merge S M16 --dtype bf16 --layout zerorun >/dev/null 2>&1
 b16=$(wdiff M16/model.safetensors live.st 2>&1)
 if [[ "$b16" == "keys-differ" ]]; then bad "bf16 merge keys"; else
   "$PY" -c "import json,struct; b=open('M16/model.safetensors','rb').read(); n=struct.unpack('<Q',b[:8])[0]; h=json.loads(b[8:8+n]); h.pop('__metadata__'); import sys; sys.exit(0 if all(e['dtype']=='BF16' for e in h.values()) else 1)" \

@@ -102,6 +102,40 @@ def forward(graph, params, inputs):
     return vals[graph["loss"]]
 
 
+def hf_gpt2_loss(config, sd, tokens, targets):
+    """GPT2LMHeadModel's forward as transformers' modeling_gpt2 defines it (eval mode), written here from that
+    definition rather than from zerorun's graph: Conv1D layers compute x @ W + b with W stored [in, out], GELU is
+    gelu_new, the head is tied to wte unless lm_head.weight is given. Reads sizes from config.json only."""
+    C, H, L = config["n_embd"], config["n_head"], config["n_layer"]
+    eps = config["layer_norm_epsilon"]
+    assert config["model_type"] == "gpt2" and config["activation_function"] == "gelu_new"
+    w = {k: v for k, v in sd.items()}
+    B, T = tokens.shape
+
+    def conv1d(x, name):
+        return x @ w[name + ".weight"] + w[name + ".bias"]
+
+    def ln(x, name):
+        return F.layer_norm(x, (C,), w[name + ".weight"], w[name + ".bias"], eps)
+
+    h = w["transformer.wte.weight"][tokens] + w["transformer.wpe.weight"][torch.arange(T)]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for i in range(L):
+        p = f"transformer.h.{i}"
+        q, k, v = conv1d(ln(h, p + ".ln_1"), p + ".attn.c_attn").split(C, dim=2)
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        a = (att @ v).transpose(1, 2).reshape(B, T, C)
+        h = h + conv1d(a, p + ".attn.c_proj")
+        m = conv1d(ln(h, p + ".ln_2"), p + ".mlp.c_fc")
+        m = 0.5 * m * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (m + 0.044715 * m.pow(3))))
+        h = h + conv1d(m, p + ".mlp.c_proj")
+    h = F.layer_norm(h, (C,), w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
+    head = w.get("lm_head.weight", w["transformer.wte.weight"])
+    return F.cross_entropy((h @ head.t()).view(B * T, -1), targets.reshape(-1))
+
+
 def lr_at(sched, base_lr, it):
     """DeepSpeed WarmupLR / WarmupDecayLR, evaluated at last_batch_iteration=it."""
     if not sched:
@@ -242,18 +276,28 @@ def main():
         merged = os.path.join(work, "merged")
         cfg2 = dict(cfg, zero_optimization={"stage": 3})
         run_zerorun(zr, gpt, cfg2, 3, work, ["--data", shard, "--save_dir", save])
+        # zerorun layout: the graph interpreter on model.safetensors; the default (transformers' GPT-2 layout):
+        # GPT2LMHeadModel's forward from config.json + model.safetensors.
+        merged_z = merged + "_zerorun"
         subprocess.run([zr, "merge", save, merged], check=True, capture_output=True)
-        weights, _ = read_safetensors(os.path.join(merged, "model.safetensors"))
+        subprocess.run([zr, "merge", save, merged_z, "--layout", "zerorun"], check=True, capture_output=True)
+        weights, _ = read_safetensors(os.path.join(merged_z, "model.safetensors"))
+        hf_weights, hf_meta = read_safetensors(os.path.join(merged, "model.safetensors"))
         _, meta = read_safetensors(os.path.join(merged, "model.bin"))
         graph = json.loads(meta["graph"])
+        batch = gpt_batch(0, 4)
         with torch.no_grad():
-            ref = forward(graph, weights, gpt_batch(0, 4)).item()
+            ref = forward(graph, weights, batch).item()
+            with open(os.path.join(merged, "config.json")) as f:
+                hf_ref = hf_gpt2_loss(json.load(f), hf_weights, batch["tokens"].long(), batch["targets"].long()).item()
         cfg0 = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
                 "optimizer": {"type": "AdamW", "params": {"lr": 0.0}}}
         ours = run_zerorun(zr, os.path.join(merged, "model.bin"), cfg0, 1, work, ["--data", shard])[0]
         rel = abs(ours - ref) / abs(ref)
-        print(f"merged checkpoint: torch forward loss {ref:.8f}, zerorun {ours:.8f}, rel {rel:.2e}")
-        ok &= rel <= 1e-5
+        hf_rel = abs(ours - hf_ref) / abs(hf_ref)
+        print(f"merged checkpoint: torch forward loss {ref:.8f} (zerorun layout), {hf_ref:.8f} (GPT2LMHeadModel "
+              f"layout, format={hf_meta.get('format')}), zerorun {ours:.8f}, rel {rel:.2e} / {hf_rel:.2e}")
+        ok &= rel <= 1e-5 and hf_rel <= 1e-5 and hf_meta.get("format") == "pt"
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
 

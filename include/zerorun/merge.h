@@ -9,9 +9,18 @@ namespace zerorun {
 
 struct MergeResult {
   std::string dir, safetensors, model_bin, config_json;
+  bool hf_layout = false;  // model.safetensors is in Hugging Face's GPT-2 layout
   int64_t params = 0, largest = 0, peak_rss_bytes = 0, baseline_rss_bytes = 0;  // RSS: peak, and at the start
 };
 
-MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, const std::string& out_dir, DType dtype);
+// How model.safetensors names and lays out the weights. Hf: a gpt2 checkpoint is written as Hugging Face's
+// GPT2LMHeadModel saves itself ("transformer."-prefixed names, the Conv1D weights of c_attn, c_proj and c_fc stored
+// [in, out], lm_head only when untied), so GPT2LMHeadModel.from_pretrained(OUT) loads it with config.json; other
+// architectures have no transformers equivalent and keep zerorun's layout. Zerorun: the names and torch.nn.Linear
+// [out, in] layout of model.bin, for every architecture.
+enum class MergeLayout { Hf, Zerorun };
+
+MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, const std::string& out_dir, DType dtype,
+                             MergeLayout layout = MergeLayout::Hf);
 
 }  // namespace zerorun

@@ -234,6 +234,12 @@ int main(int argc, char** argv) {
   merge_cmd->add_option("out", merge_out, "output directory")->required();
   merge_cmd->add_option("--tag", merge_tag, "checkpoint tag in save_dir (default: latest)");
   merge_cmd->add_option("--dtype", merge_dtype, "fp32 | bf16")->check(CLI::IsMember({"fp32", "bf16"}));
+  std::string merge_layout = "hf";
+  merge_cmd
+      ->add_option("--layout", merge_layout,
+                   "model.safetensors layout: hf (default: gpt2 as transformers' GPT2LMHeadModel loads it) | zerorun "
+                   "(model.bin's names, torch.nn.Linear [out, in] weights)")
+      ->check(CLI::IsMember({"hf", "zerorun"}));
 
   try {
     app.parse(argc, argv);
@@ -274,11 +280,12 @@ int main(int argc, char** argv) {
     }
     if (*est_cmd) return cmd_estimate(est_model, est_world, est_precision, est_device);
     if (*merge_cmd) {
-      MergeResult r =
-          merge_checkpoint(merge_in, merge_tag, merge_out, merge_dtype == "bf16" ? DType::BF16 : DType::F32);
-      std::printf("merged %s: %lld parameters -> %s (%s), %s%s%s\n", r.dir.c_str(), static_cast<long long>(r.params),
-                  r.safetensors.c_str(), merge_dtype.c_str(), r.model_bin.c_str(), r.config_json.empty() ? "" : ", ",
-                  r.config_json.c_str());
+      MergeResult r = merge_checkpoint(merge_in, merge_tag, merge_out, merge_dtype == "bf16" ? DType::BF16 : DType::F32,
+                                       merge_layout == "hf" ? MergeLayout::Hf : MergeLayout::Zerorun);
+      std::printf("merged %s: %lld parameters -> %s (%s, %s layout), %s%s%s\n", r.dir.c_str(),
+                  static_cast<long long>(r.params), r.safetensors.c_str(), merge_dtype.c_str(),
+                  r.hf_layout ? "transformers GPT2LMHeadModel" : "zerorun", r.model_bin.c_str(),
+                  r.config_json.empty() ? "" : ", ", r.config_json.c_str());
       std::printf(
           "peak memory +%.1f MiB while merging (process peak %.1f MiB; model %.1f MiB fp32, largest tensor "
           "%.1f MiB)\n",

@@ -28,7 +28,9 @@ namespace {
 int64_t model_hidden(const Model& m) {
   const json& ac = m.graph.meta.value("arch_config", json::object());
   for (auto* k : {"n_embd", "hidden_size", "hidden"})
-    if (ac.contains(k) && ac[k].is_number_integer()) return ac[k].get<int64_t>();
+    if (ac.contains(k) && ac[k].is_number_integer() && ac[k].get<int64_t>() > 0 &&
+        ac[k].get<int64_t>() <= (int64_t{1} << 24))
+      return ac[k].get<int64_t>();
   int64_t h = 0;
   for (auto& [n, t] : m.tensors)
     if (t.ndim() == 2) h = std::max(h, std::min(t.dim(0), t.dim(1)));

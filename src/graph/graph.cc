@@ -84,6 +84,9 @@ Graph Graph::from_json(const json& j) {
   g.loss = j["loss"].get<std::string>();
   for (auto& [k, v] : j.items())
     if (k != "inputs" && k != "blocks" && k != "nodes" && k != "loss") g.meta[k] = v;
+  ZR_CHECK(!g.meta.contains("arch") || g.meta["arch"].is_string(), "graph 'arch' must be a string");
+  ZR_CHECK(!g.meta.contains("arch_config") || g.meta["arch_config"].is_object(),
+           "graph 'arch_config' must be an object");
   return g;
 }
 

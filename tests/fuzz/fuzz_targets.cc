@@ -170,6 +170,7 @@ void run_target(const std::string& target, const uint8_t* d, size_t n, std::stri
     named = dir + "/model.bin";
     write_bytes(named, d, n);
     Model m = load_model(named);
+    train_flops_per_token(m, 8);
     train_one_step(m);
   } else if (target == "safetensors") {
     named = dir + "/t.safetensors";
