@@ -142,6 +142,39 @@ expect_fail "manifest from another model" "checkpoint is of another model" \
 expect_fail "unknown tag (names the saved ones)" "no checkpoint 'global_step99' (saved: global_step" "${RESUME[@]}" --resume global_step99
 expect_fail "merge of a corrupt checkpoint" "checksum" bash -c "cp -r S.good S2; \"$PY\" -c \"import sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); b[-5]^=1; open(p,'wb').write(b)\" S2/global_step3/zero_rank_00000.safetensors; \"$ZR\" merge S2 OUT"
 
+# 4b. import: the default merge (transformers' GPT-2 layout) read back is the merged model.bin exactly (weights and
+# graph); a bf16 one rounds; what is not a GPT-2 checkpoint is an error naming the file and what is wrong.
+same_model() {
+  "$PY" - "$1" "$2" <<'PY'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); (n,) = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n]); m = h.pop("__metadata__", {})
+    return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}, m
+a, ma = load(sys.argv[1]); b, mb = load(sys.argv[2])
+sys.exit(0 if a == b and ma["graph"] == mb["graph"] else 1)
+PY
+}
+"$ZR" merge S.good MH >/dev/null 2>&1
+if "$ZR" import MH -o imp.bin >/dev/null 2>&1 && same_model imp.bin MH/model.bin; then
+  ok "import of the merged GPT2LMHeadModel files == merged model.bin (weights and graph, exact)"
+else bad "import round trip"; fi
+"$ZR" merge S.good MH16 --dtype bf16 >/dev/null 2>&1
+if "$ZR" import MH16 -o imp16.bin >/dev/null 2>&1 && [[ "$(wdiff imp16.bin MH/model.bin | awk '{print ($1 < 1e-2) ? "ok" : "big"}')" == ok ]] \
+  && "$ZR" --config c0.json imp16.bin --steps 1 --micro_batch_size 12 >/dev/null 2>&1; then
+  ok "import of a bf16 checkpoint: weights within bf16 rounding, trains"
+else bad "bf16 import"; fi
+expect_fail "import: no config.json" "has no config.json" "$ZR" import S.good -o x.bin
+mkdir -p HL && cp MH/model.safetensors HL/ && sed 's/"gpt2"/"llama"/' MH/config.json >HL/config.json
+expect_fail "import: another model_type" 'model_type must be "gpt2"' "$ZR" import HL -o x.bin
+mkdir -p HP && cp MH/config.json HP/ && touch HP/pytorch_model.bin
+expect_fail "import: pickle only" "only pytorch_model.bin" "$ZR" import HP -o x.bin
+mkdir -p HN && cp MH/model.safetensors HN/ && sed 's/"n_layer": [0-9]*/"n_layer": 9/' MH/config.json >HN/config.json
+expect_fail "import: config asks for more layers than the file has" "has no tensor 'transformer.h." "$ZR" import HN -o x.bin
+mkdir -p HG && cp MH/model.safetensors HG/ && sed 's/"gelu_new"/"relu"/' MH/config.json >HG/config.json
+expect_fail "import: another activation" "activation_function \"relu\" is not supported" "$ZR" import HG -o x.bin
+mkdir -p HT && cp MH/config.json HT/ && cp MZ/model.safetensors HT/
+expect_fail "import: Linear-layout weights (merge --layout zerorun)" "(Conv1D weights are [in, out])" "$ZR" import HT -o x.bin
+
 # 5. A rank killed in the middle of a save keeps the previous checkpoint and latest; resume uses it.
 rm -rf S A B && cp -r S.good S
 ZERORUN_FAULT_INJECT=die_after_shard:1 "$ZR" --num_gpus 2 --config c2.json ckm.bin --steps 6 --micro_batch_size 6 \

@@ -47,6 +47,9 @@ struct LlamaSpec {
 };
 Model build_mlp(const MlpSpec& s, uint64_t seed);
 Model build_gpt2(const Gpt2Spec& s, uint64_t seed);
+// A transformers GPT-2 checkpoint directory (config.json + model.safetensors or its sharded index) as a zerorun
+// gpt2 model (src/model/hf_import.cc); `notes` receives what was left out (tensors that are not weights).
+Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes = nullptr);
 Model build_llama(const LlamaSpec& s, uint64_t seed);
 
 }  // namespace zerorun

@@ -31,6 +31,9 @@ SafetensorsFile read_safetensors_header(const std::string& path);
 // Reads one tensor's bytes into a new tensor of its stored dtype.
 Tensor read_safetensors_tensor(const SafetensorsFile& f, const SafetensorsEntry& e,
                                MemCategory cat = MemCategory::Buffers);
+// An F32, BF16 or F16 tensor as f32 (other dtypes: an error naming the file and tensor).
+Tensor read_safetensors_f32(const SafetensorsFile& f, const SafetensorsEntry& e,
+                            MemCategory cat = MemCategory::Buffers);
 // Reads `count` elements starting at element `first` of a tensor (streaming).
 void read_safetensors_range(const SafetensorsFile& f, const SafetensorsEntry& e, int64_t first, int64_t count,
                             void* dst);

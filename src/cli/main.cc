@@ -1,4 +1,4 @@
-// The `zerorun` command: launch (default), train, init, report, estimate.
+// The `zerorun` command: launch (default), train, eval, init, import, merge, report, estimate.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -201,6 +201,11 @@ int main(int argc, char** argv) {
   Gpt2Spec gpt;
   LlamaSpec llama;
   bool untied = false;
+  std::string import_dir, import_out = "model.bin";
+  auto* import_cmd = app.add_subcommand(
+      "import", "write a model.bin from a transformers GPT-2 checkpoint (config.json + model.safetensors)");
+  import_cmd->add_option("dir", import_dir, "checkpoint directory (e.g. what save_pretrained wrote)")->required();
+  import_cmd->add_option("-o,--out", import_out, "output path");
   auto* init_cmd = app.add_subcommand("init", "write a model.bin with fresh weights");
   init_cmd->add_option("--arch", arch, "mlp | gpt2 | llama")->required();
   init_cmd->add_option("-o,--out", out, "output path");
@@ -277,6 +282,15 @@ int main(int argc, char** argv) {
       llama.n_head = gpt.n_head;
       gpt.tied = !untied;
       return cmd_init(arch, out, seed, mlp, gpt, llama);
+    }
+    if (*import_cmd) {
+      std::vector<std::string> notes;
+      Model m = import_hf_gpt2(import_dir, &notes);
+      for (auto& n : notes) std::printf("note: %s\n", n.c_str());
+      save_model(import_out, m);
+      std::printf("wrote %s: gpt2 from %s, %lld parameters in %zu tensors, graph %s\n", import_out.c_str(),
+                  import_dir.c_str(), static_cast<long long>(m.num_params()), m.tensors.size(), m.graph_hash.c_str());
+      return 0;
     }
     if (*est_cmd) return cmd_estimate(est_model, est_world, est_precision, est_device);
     if (*merge_cmd) {

@@ -77,21 +77,7 @@ Model load_model(const std::string& path) {
   } catch (const Error& e) {
     throw e.with_context(path);
   }
-  for (auto& e : f.entries) {
-    ZR_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16, path, ": tensor '", e.name,
-             "' has dtype ", dtype_name(e.dtype), "; parameters must be F32, BF16 or F16");
-    Tensor raw = read_safetensors_tensor(f, e, MemCategory::Buffers);
-    Tensor t = Tensor::empty(e.shape, DType::F32, MemCategory::Buffers);
-    float* dst = t.f32();
-    int64_t n = t.numel();
-    if (e.dtype == DType::F32) {
-      t.copy_from(raw);
-    } else {
-      auto* src = raw.data<uint16_t>();
-      for (int64_t i = 0; i < n; ++i) dst[i] = e.dtype == DType::BF16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
-    }
-    m.tensors[e.name] = t;
-  }
+  for (auto& e : f.entries) m.tensors[e.name] = read_safetensors_f32(f, e);
   ZR_WITH_CONTEXT(path, finalize_model(m));
   return m;
 }

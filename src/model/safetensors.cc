@@ -115,6 +115,19 @@ Tensor read_safetensors_tensor(const SafetensorsFile& f, const SafetensorsEntry&
   return t;
 }
 
+Tensor read_safetensors_f32(const SafetensorsFile& f, const SafetensorsEntry& e, MemCategory cat) {
+  ZR_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16, f.path, ": tensor '", e.name,
+           "' has dtype ", dtype_name(e.dtype), "; parameters must be F32, BF16 or F16");
+  Tensor raw = read_safetensors_tensor(f, e, cat);
+  if (e.dtype == DType::F32) return raw;
+  Tensor t = Tensor::empty(e.shape, DType::F32, cat);
+  const uint16_t* src = raw.data<uint16_t>();
+  float* dst = t.f32();
+  for (int64_t i = 0, n = t.numel(); i < n; ++i)
+    dst[i] = e.dtype == DType::BF16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+  return t;
+}
+
 namespace {
 std::string make_header(const std::vector<SafetensorsStreamWriter::Decl>& decls,
                         const std::map<std::string, std::string>& metadata) {
