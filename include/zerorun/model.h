@@ -50,6 +50,9 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed);
 // A transformers GPT-2 checkpoint directory (config.json + model.safetensors or its sharded index) as a zerorun
 // gpt2 model (src/model/hf_import.cc); `notes` receives what was left out (tensors that are not weights).
 Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes = nullptr);
+// Whether a zerorun gpt2 parameter is one of transformers' Conv1D weights, stored [in, out] there (c_attn, c_proj,
+// c_fc): import and merge transpose these.
+bool hf_gpt2_conv1d(const std::string& name);
 Model build_llama(const LlamaSpec& s, uint64_t seed);
 
 }  // namespace zerorun

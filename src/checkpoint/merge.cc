@@ -8,25 +8,16 @@
 #include <sys/resource.h>
 
 #include <cstdio>
-#include <cstring>
 
 #include "zerorun/checkpoint.h"
 #include "zerorun/fsutil.h"
 #include "zerorun/graph.h"
+#include "zerorun/model.h"
 #include "zerorun/safetensors.h"
 
 namespace zerorun {
 
 namespace {
-// HF GPT-2's Conv1D layers, which store their weight as [in, out] (the transpose of torch.nn.Linear's).
-bool hf_conv1d(const std::string& name) {
-  for (const char* suffix : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
-    const size_t n = std::strlen(suffix);
-    if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0) return true;
-  }
-  return false;
-}
-
 // The name HF's GPT2LMHeadModel saves a zerorun gpt2 parameter under.
 std::string hf_name(const std::string& name) { return name == "lm_head.weight" ? name : "transformer." + name; }
 
@@ -83,7 +74,7 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
   for (auto& name : order) {
     ZR_CHECK(m["params"].contains(name), dir, "/manifest.json: graph parameter '", name, "' has no slices");
     Shape shape = m["params"][name]["shape"].get<Shape>();
-    const bool transpose = r.hf_layout && hf_conv1d(name) && shape.size() == 2;
+    const bool transpose = r.hf_layout && hf_gpt2_conv1d(name) && shape.size() == 2;
     st_decl.push_back({r.hf_layout ? hf_name(name) : name, dtype, transpose ? Shape{shape[1], shape[0]} : shape});
     bin_decl.push_back({name, DType::F32, shape});
   }
@@ -108,7 +99,7 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
     }
     bin.append(name, buf.data(), buf.size() * 4);
     const Shape shape = m["params"][name]["shape"].get<Shape>();
-    if (r.hf_layout && hf_conv1d(name) && shape.size() == 2) {  // [out, in] -> [in, out], in place of buf
+    if (r.hf_layout && hf_gpt2_conv1d(name) && shape.size() == 2) {  // [out, in] -> [in, out], in place of buf
       std::vector<float> t(buf.size());
       const int64_t rows = shape[0], cols = shape[1];
       for (int64_t i = 0; i < rows; ++i)

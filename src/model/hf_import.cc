@@ -14,14 +14,6 @@ namespace zerorun {
 
 namespace {
 
-bool is_conv1d(const std::string& name) {
-  for (const char* suffix : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"}) {
-    const std::string s = suffix;
-    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
-  }
-  return false;
-}
-
 // Buffers transformers keeps in some GPT-2 checkpoints (causal masks), not weights.
 bool is_buffer(const std::string& name) {
   for (const std::string s : {".attn.bias", ".attn.masked_bias"})
@@ -30,6 +22,12 @@ bool is_buffer(const std::string& name) {
 }
 
 }  // namespace
+
+bool hf_gpt2_conv1d(const std::string& name) {
+  for (const std::string s : {".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight", ".mlp.c_proj.weight"})
+    if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) return true;
+  return false;
+}
 
 Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
   namespace fs = std::filesystem;
@@ -116,7 +114,7 @@ Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
     const SafetensorsFile& sf = it->second.first;
     const SafetensorsEntry& e = it->second.second;
     Shape want = m.tensors.at(name).shape();
-    const bool transpose = is_conv1d(name);
+    const bool transpose = hf_gpt2_conv1d(name);
     Shape stored = transpose ? Shape{want[1], want[0]} : want;
     ZR_CHECK(e.shape == stored, sf.path, ": tensor '", e.name, "' has shape ", shape_str(e.shape), ", expected ",
              shape_str(stored), transpose ? " (Conv1D weights are [in, out])" : "");

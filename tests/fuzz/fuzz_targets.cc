@@ -91,17 +91,14 @@ void train_one_step(const Model& m) {
   e.eval_loss(*data, 1);
 }
 
+// The models the targets train and save: vocab 32, T 8, C 16, one layer of two heads.
+const Gpt2Spec kTinyGpt2{32, 8, 16, 1, 2};
+
 // A config that resolved: two training steps of a tiny GPT-2 with it (as `zerorun train` would after its own
 // checks). An error there is a rejection too; the trainer reports it against the config, as this does.
 void train_with_config(const Config& c, const std::string& path) {
   if (c.micro > 64 || c.gas > 64) return;  // valid but slow, not what this target looks for
-  Gpt2Spec s;
-  s.vocab = 32;
-  s.n_ctx = 8;
-  s.n_embd = 16;
-  s.n_layer = 1;
-  s.n_head = 2;
-  static const Model m = build_gpt2(s, 2);
+  static const Model m = build_gpt2(kTinyGpt2, 2);
   auto comm = make_self_comm();
   ZR_WITH_CONTEXT(path, {
     Engine e(m, c, *comm, 2);
@@ -118,13 +115,7 @@ struct CheckpointFixture {
   std::unique_ptr<Communicator> comm;
   std::unique_ptr<Engine> engine;
   CheckpointFixture() {
-    Gpt2Spec s;
-    s.vocab = 32;
-    s.n_ctx = 8;
-    s.n_embd = 16;
-    s.n_layer = 1;
-    s.n_head = 2;
-    model = build_gpt2(s, 3);
+    model = build_gpt2(kTinyGpt2, 3);
     save_dir = scratch_dir() + "/ckpt";
     comm = make_self_comm();
     engine = std::make_unique<Engine>(model, tiny_config(16), *comm, 2);
@@ -141,25 +132,8 @@ CheckpointFixture& checkpoint_fixture() {
 }
 
 Model seed_model(const std::string& arch) {
-  if (arch == "gpt2") {
-    Gpt2Spec s;
-    s.vocab = 32;
-    s.n_ctx = 8;
-    s.n_embd = 16;
-    s.n_layer = 1;
-    s.n_head = 2;
-    return build_gpt2(s, 1);
-  }
-  if (arch == "llama") {
-    LlamaSpec s;
-    s.vocab = 32;
-    s.n_ctx = 8;
-    s.n_embd = 16;
-    s.n_layer = 1;
-    s.n_head = 2;
-    s.ffn = 24;
-    return build_llama(s, 1);
-  }
+  if (arch == "gpt2") return build_gpt2(kTinyGpt2, 1);
+  if (arch == "llama") return build_llama(LlamaSpec{32, 8, 16, 1, 2, 24}, 1);
   MlpSpec s;
   return build_mlp(s, 1);
 }
