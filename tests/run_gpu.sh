@@ -207,4 +207,10 @@ if [[ -n "${W:-}" ]]; then
     echo "ok   - --device auto, one rank without a GPU: rc $st, $(grep -o 'error on rank [^:]*: --device auto[^;]*' <<<"$out" | head -1)"
   else echo "FAIL - --device auto with one rank without a GPU: rc $st"; tail -3 <<<"$out"; rc=1; fi
 fi
+# The PyTorch oracle (CPU runs of zerorun) with the device machine's PyTorch, which has transformers: also
+# GPT2LMHeadModel.from_pretrained on a merge, and transformers' own GPT-2 imported and trained on both sides.
+if python3 -c "import torch" 2>/dev/null; then
+  timeout 300 python3 tests/torch_oracle.py --zerorun "$BIN/zerorun" 2>&1 | grep -v " step " | tail -8
+  [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+fi
 exit $rc

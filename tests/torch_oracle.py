@@ -206,6 +206,64 @@ def compare(name, ours, ref, rtol=1e-4):
     return ok
 
 
+def transformers_checks(zr, work, merged, merged_loss, cfg, shard, make_batch, V, T):
+    """With transformers installed (the device machine's PyTorch has it; Debian has not): (1) GPT2LMHeadModel
+    .from_pretrained on zerorun merge's output gives zerorun's loss; (2) a GPT2LMHeadModel made and saved by
+    transformers, read by `zerorun import`, gives the same loss and trains like transformers' model under
+    torch.optim.AdamW (float64, the same batches, clipping and schedule)."""
+    try:
+        import transformers
+    except ImportError:
+        print("transformers: not installed, from_pretrained checks skipped")
+        return True
+    ok = True
+    batch = make_batch(0, 4)
+
+    def hf_loss(model, b):
+        logits = model(input_ids=b["tokens"].long()).logits  # labels= would shift; targets are already shifted
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b["targets"].long().reshape(-1))
+
+    m = transformers.GPT2LMHeadModel.from_pretrained(merged, attn_implementation="eager").double().eval()
+    with torch.no_grad():
+        ref = hf_loss(m, batch).item()
+    rel = abs(merged_loss - ref) / abs(ref)
+    print(f"transformers {transformers.__version__}: GPT2LMHeadModel.from_pretrained(merge) loss {ref:.8f}, "
+          f"zerorun {merged_loss:.8f}, rel {rel:.2e}")
+    ok &= rel <= 1e-5
+    # (2) transformers' own GPT-2, imported
+    torch.manual_seed(11)
+    conf = transformers.GPT2Config(vocab_size=V, n_positions=T, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                   embd_pdrop=0.0, attn_pdrop=0.0)
+    hf = transformers.GPT2LMHeadModel(conf)
+    hf_dir = os.path.join(work, "hf_gpt2")
+    hf.save_pretrained(hf_dir)  # model.safetensors + config.json
+    imported = os.path.join(work, "imported.bin")
+    subprocess.run([zr, "import", hf_dir, "-o", imported], check=True, capture_output=True)
+    steps = 20
+    ours = run_zerorun(zr, imported, cfg, steps, work, ["--data", shard])
+    hf = transformers.GPT2LMHeadModel.from_pretrained(hf_dir, attn_implementation="eager").double().train()
+    params = list(hf.parameters())  # the tied head appears once
+    o = cfg["optimizer"]["params"]
+    opt = torch.optim.AdamW(params, lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.999))), eps=o.get("eps", 1e-8),
+                            weight_decay=o.get("weight_decay", 0.0))
+    micro, gas = cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]
+    ref = []
+    for k in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(cfg.get("scheduler"), o["lr"], k - 1)
+        opt.zero_grad()
+        total = 0.0
+        for a in range(gas):
+            loss = hf_loss(hf, make_batch(k * micro * gas + a * micro, micro))
+            (loss / gas).backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(params, cfg["gradient_clipping"])
+        opt.step()
+        ref.append(total / gas)
+    ok &= compare("zerorun import of transformers' GPT2LMHeadModel vs transformers training it", ours, ref)
+    return ok
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--zerorun", required=True)
@@ -298,6 +356,7 @@ def main():
         print(f"merged checkpoint: torch forward loss {ref:.8f} (zerorun layout), {hf_ref:.8f} (GPT2LMHeadModel "
               f"layout, format={hf_meta.get('format')}), zerorun {ours:.8f}, rel {rel:.2e} / {hf_rel:.2e}")
         ok &= rel <= 1e-5 and hf_rel <= 1e-5 and hf_meta.get("format") == "pt"
+        ok &= transformers_checks(zr, work, merged, ours, cfg, shard, gpt_batch, V, T)
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
 
