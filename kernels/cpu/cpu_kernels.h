@@ -4,6 +4,7 @@
 // Loops that sum over rows are parallelised over columns so results do not
 // depend on the thread count.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 namespace zerorun::kernels::cpu {
@@ -37,6 +38,22 @@ void layernorm_bwd(const float* x, const float* w, const float* mean, const floa
 void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps);
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int64_t N,
                  int64_t C);
+
+// Rotary embeddings (transformers' Llama: feature i of a head pairs with i + D/2; position t = row % T) from
+// packed qkv [B, T, (H + 2K) D] (q heads, then K key heads, then K value heads) to [B, T, 3 H D], the layout the
+// attention kernels read: q and k rotated, each key/value head repeated H / K times (grouped-query attention).
+// The angle of position t, pair i: t * inv_freq(i) as an f32 product, as transformers computes it, with inv_freq =
+// 1 / theta^(2i/D) rounded to f32 (from double, so the CPU and CUDA kernels get the same bits); a double for cos/sin.
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+inline double rope_angle(int64_t t, int64_t i, int64_t D, float theta) {
+  const float inv = static_cast<float>(1.0 / ::pow(static_cast<double>(theta), static_cast<double>(2 * i) / D));
+  return static_cast<double>(static_cast<float>(t) * inv);
+}
+void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta);
+// dqkv += the gradient through rope_fwd of dout (a key/value head sums over its H / K copies).
+void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta);
 
 // Causal multi-head self-attention from packed qkv [B, T, 3C] to out [B, T, C];
 // probs [B, H, T, T] (the softmax) is saved for backward.

@@ -350,6 +350,10 @@ TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   compare_op("attention", {{"n_head", 2}}, {rnd({2, 97, 3 * 128}, r)}, {}, 5e-5);  // 64
   compare_op("attention", {{"n_head", 1}}, {rnd({1, 45, 3 * 100}, r)}, {}, 5e-5);  // 100 (the 128 kernel)
   compare_op("attention", {{"n_head", 1}}, {rnd({1, 33, 3 * 160}, r)}, {}, 5e-5);  // 160: materialised path
+  // rope: multi-head, grouped-query (a key/value head's gradient sums 4 copies) and multi-query, odd lengths.
+  compare_op("rope", {{"n_head", 4}}, {rnd({3, 70, (4 + 8) * 16}, r)}, {}, 1e-5);
+  compare_op("rope", {{"n_head", 8}, {"n_kv_head", 2}, {"theta", 500000.0}}, {rnd({2, 97, (8 + 4) * 64}, r)}, {}, 1e-5);
+  compare_op("rope", {{"n_head", 3}, {"n_kv_head", 1}}, {rnd({1, 33, (3 + 2) * 10}, r)}, {}, 1e-5);
   compare_op("embedding", {}, {ids({4, 40}, 300, r)}, {{"weight", rnd({300, 48}, r)}}, 1e-5);
   compare_op("embedding", {{"position", true}}, {ids({4, 40}, 300, r)}, {{"weight", rnd({64, 48}, r)}}, 1e-5);
   compare_op("cross_entropy", {}, {rnd({4, 30, 1000}, r, 4.0), ids({4, 30}, 1000, r)}, {}, 2e-5);

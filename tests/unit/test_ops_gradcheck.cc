@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
+#include <tuple>
 
 #include "zerorun/graph.h"
 #include "zerorun/rng.h"
@@ -289,6 +290,47 @@ TEST_CASE("causal attention gradcheck", "[ops]") {
     return y;
   };
   check_op(make_node("attention", {{"n_head", H}}), {rnd({B, T, 3 * C}, r)}, {}, ref);
+}
+
+TEST_CASE("rope gradcheck (multi-head and grouped-query)", "[ops]") {
+  // The reference is transformers' apply_rotary_pos_emb + repeat_kv written out in f64: q' = q cos + rotate_half(q)
+  // sin with rotate_half(x) = cat(-x[D/2:], x[:D/2]), angle t / theta^(2i/D); key/value head g serves query heads
+  // g * H/K .. (g + 1) * H/K - 1.
+  Rng r(12);
+  for (auto [H, K, theta] : {std::tuple<int64_t, int64_t, double>{2, 2, 10000.0}, {4, 2, 50.0}, {6, 1, 3.0}}) {
+    const int64_t B = 2, T = 5, D = 6, half = D / 2, W = (H + 2 * K) * D, rep = H / K;
+    INFO("H " << H << " K " << K);
+    auto ref = [&](const std::vector<Vec>& in, const std::map<std::string, Vec>&) {
+      const Vec& x = in[0];
+      Vec y(B * T * 3 * H * D);
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+          const double* row = x.data() + (b * T + t) * W;
+          double* out = y.data() + (b * T + t) * 3 * H * D;
+          for (int64_t j = 0; j < 3 * H; ++j) {
+            const int64_t src = j < H ? j : j < 2 * H ? H + (j - H) / rep : H + K + (j - 2 * H) / rep;
+            for (int64_t i = 0; i < D; ++i) {
+              const double v = row[src * D + i];
+              if (j >= 2 * H) {
+                out[j * D + i] = v;
+                continue;
+              }
+              const double a = t / std::pow(theta, 2.0 * (i % half) / D);
+              const double rot = i < half ? -row[src * D + i + half] : row[src * D + i - half];
+              out[j * D + i] = v * std::cos(a) + rot * std::sin(a);
+            }
+          }
+        }
+      return y;
+    };
+    check_op(make_node("rope", {{"n_head", H}, {"n_kv_head", K}, {"theta", theta}}), {rnd({B, T, W}, r)}, {}, ref);
+  }
+  Node bad = make_node("rope", {{"n_head", 4}, {"n_kv_head", 3}});
+  REQUIRE_THROWS_WITH(op_lookup("rope").infer(bad, {{{1, 2, 40}, DType::F32}}, {}),
+                      Catch::Contains("n_kv_head 3 must be positive and divide n_head 4"));
+  Node odd = make_node("rope", {{"n_head", 2}});
+  REQUIRE_THROWS_WITH(op_lookup("rope").infer(odd, {{{1, 2, 18}, DType::F32}}, {}),
+                      Catch::Contains("rope needs an even head size, got 3"));
 }
 
 TEST_CASE("embedding gradcheck (token and positional)", "[ops]") {

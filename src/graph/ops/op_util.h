@@ -102,6 +102,7 @@ std::unique_ptr<Op> make_silu();
 std::unique_ptr<Op> make_layernorm();
 std::unique_ptr<Op> make_rmsnorm();
 std::unique_ptr<Op> make_attention();
+std::unique_ptr<Op> make_rope();
 std::unique_ptr<Op> make_embedding();
 std::unique_ptr<Op> make_cross_entropy();
 std::unique_ptr<Op> make_mse();

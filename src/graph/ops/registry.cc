@@ -19,6 +19,7 @@ const std::map<std::string, std::unique_ptr<Op>>& table() {
     (*m)["layernorm"] = ops::make_layernorm();
     (*m)["rmsnorm"] = ops::make_rmsnorm();
     (*m)["attention"] = ops::make_attention();
+    (*m)["rope"] = ops::make_rope();
     (*m)["embedding"] = ops::make_embedding();
     (*m)["cross_entropy"] = ops::make_cross_entropy();
     (*m)["mse"] = ops::make_mse();

@@ -1,0 +1,91 @@
+// Rotary position embeddings (RoPE) on packed q/k/v, as transformers' Llama
+// computes them (rotate_half: feature i pairs with i + D/2), with grouped-query
+// attention's key/value heads repeated for the attention kernels. Forward and
+// backward side by side; the angles are rope_angle()'s, shared with CUDA.
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace zerorun::kernels::cpu {
+
+namespace {
+// cos and sin of t * inv_freq(i) for t < T, i < D/2: [T, D/2] each.
+void rope_tables(int64_t T, int64_t D, float theta, std::vector<float>& cs, std::vector<float>& sn) {
+  const int64_t half = D / 2;
+  cs.resize(static_cast<size_t>(T * half));
+  sn.resize(cs.size());
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const double a = rope_angle(t, i, D, theta);
+      cs[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(a));
+      sn[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(a));
+    }
+}
+}  // namespace
+
+void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) {
+  std::vector<float> cs, sn;
+  rope_tables(T, D, theta, cs, sn);
+  const int64_t half = D / 2, rep = H / K, in_w = (H + 2 * K) * D, out_w = 3 * H * D;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < B * T; ++r) {
+    const int64_t t = r % T;
+    const float* c = cs.data() + t * half;
+    const float* s = sn.data() + t * half;
+    const float* x = qkv + r * in_w;
+    float* y = out + r * out_w;
+    for (int64_t j = 0; j < 2 * H; ++j) {  // q heads, then the (repeated) k heads: rotated
+      const float* src = j < H ? x + j * D : x + (H + (j - H) / rep) * D;
+      float* dst = y + j * D;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = src[i], b = src[i + half];
+        dst[i] = a * c[i] - b * s[i];
+        dst[i + half] = b * c[i] + a * s[i];
+      }
+    }
+    for (int64_t j = 0; j < H; ++j) {  // v heads: copied
+      const float* src = x + (H + K + j / rep) * D;
+      for (int64_t i = 0; i < D; ++i) y[(2 * H + j) * D + i] = src[i];
+    }
+  }
+}
+
+void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) {
+  std::vector<float> cs, sn;
+  rope_tables(T, D, theta, cs, sn);
+  const int64_t half = D / 2, rep = H / K, in_w = (H + 2 * K) * D, out_w = 3 * H * D;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < B * T; ++r) {
+    const int64_t t = r % T;
+    const float* c = cs.data() + t * half;
+    const float* s = sn.data() + t * half;
+    const float* g = dout + r * out_w;
+    float* dx = dqkv + r * in_w;
+    // The transpose of the rotation, summed over the output heads each input head feeds (in head order).
+    for (int64_t j = 0; j < H + K; ++j) {
+      float* dst = dx + j * D;
+      const int64_t first = j < H ? j : H + (j - H) * rep, n = j < H ? 1 : rep;
+      for (int64_t i = 0; i < half; ++i) {
+        float da = 0.f, db = 0.f;
+        for (int64_t k = first; k < first + n; ++k) {
+          const float ga = g[k * D + i], gb = g[k * D + i + half];
+          da += ga * c[i] + gb * s[i];
+          db += gb * c[i] - ga * s[i];
+        }
+        dst[i] += da;
+        dst[i + half] += db;
+      }
+    }
+    for (int64_t j = 0; j < K; ++j) {
+      float* dst = dx + (H + K + j) * D;
+      for (int64_t i = 0; i < D; ++i) {
+        float d = 0.f;
+        for (int64_t k = j * rep; k < (j + 1) * rep; ++k) d += g[(2 * H + k) * D + i];
+        dst[i] += d;
+      }
+    }
+  }
+}
+
+}  // namespace zerorun::kernels::cpu

@@ -1,0 +1,107 @@
+// Rotary position embeddings on the GPU: a [T, D/2] cos/sin table per call
+// (double-precision cos/sin of cpu::rope_angle, so the CPU op's bits), then
+// one thread per feature pair of the output (forward) or of the input (backward:
+// a key/value head sums its H / K copies in head order, no atomics).
+#include "rope.h"
+
+#include <algorithm>
+
+#include "cuda_check.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "zerorun/cuda_rt.h"
+
+namespace zerorun::kernels::rope {
+namespace {
+constexpr int kTpb = 256;
+unsigned blocks(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kTpb - 1) / kTpb, 65535 * 8)); }
+
+__global__ void k_table(float2* cs, int64_t T, int64_t D, float theta) {
+  const int64_t half = D / 2;
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < T * half; k += (int64_t)gridDim.x * blockDim.x) {
+    double s, c;
+    sincos(cpu::rope_angle(k / half, k % half, D, theta), &s, &c);
+    cs[k] = make_float2(static_cast<float>(c), static_cast<float>(s));
+  }
+}
+
+__global__ void k_forward(const float* qkv, float* out, const float2* cs, int64_t rows, int64_t T, int64_t H,
+                          int64_t K, int64_t D) {
+  const int64_t half = D / 2, rep = H / K, n = rows * 3 * H * half;
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = k % half, j = (k / half) % (3 * H), r = k / (half * 3 * H);
+    const float* x = qkv + r * (H + 2 * K) * D;
+    float* y = out + r * 3 * H * D + j * D;
+    if (j >= 2 * H) {  // v: copied
+      const float* src = x + (H + K + (j - 2 * H) / rep) * D;
+      y[i] = src[i];
+      y[i + half] = src[i + half];
+      continue;
+    }
+    const float* src = j < H ? x + j * D : x + (H + (j - H) / rep) * D;
+    const float2 t = cs[(r % T) * half + i];
+    const float a = src[i], b = src[i + half];
+    y[i] = a * t.x - b * t.y;
+    y[i + half] = b * t.x + a * t.y;
+  }
+}
+
+__global__ void k_backward(const float* dout, float* dqkv, bool acc, const float2* cs, int64_t rows, int64_t T,
+                           int64_t H, int64_t K, int64_t D) {
+  const int64_t half = D / 2, rep = H / K, W = H + 2 * K, n = rows * W * half;
+  for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < n; k += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t i = k % half, j = (k / half) % W, r = k / (half * W);
+    const float* g = dout + r * 3 * H * D;
+    float* dst = dqkv + r * W * D + j * D;
+    float da = 0.f, db = 0.f;
+    if (j >= H + K) {  // v head: the sum of its copies
+      for (int64_t c = (j - H - K) * rep; c < (j - H - K + 1) * rep; ++c) {
+        da += g[(2 * H + c) * D + i];
+        db += g[(2 * H + c) * D + i + half];
+      }
+    } else {
+      const float2 t = cs[(r % T) * half + i];
+      const int64_t first = j < H ? j : H + (j - H) * rep, cnt = j < H ? 1 : rep;
+      for (int64_t c = first; c < first + cnt; ++c) {
+        const float ga = g[c * D + i], gb = g[c * D + i + half];
+        da += ga * t.x + gb * t.y;
+        db += gb * t.x - ga * t.y;
+      }
+    }
+    dst[i] = (acc ? dst[i] : 0.f) + da;
+    dst[i + half] = (acc ? dst[i + half] : 0.f) + db;
+  }
+}
+
+// The cos/sin table in scratch from the caching allocator, freed when the call's work is queued (stream-ordered).
+struct Table {
+  float2* p = nullptr;
+  size_t bytes = 0;
+  int dev = 0;
+  Table(int64_t T, int64_t D, float theta, cudaStream_t s) : bytes(static_cast<size_t>(T * (D / 2)) * sizeof(float2)) {
+    ZR_CUDA(cudaGetDevice(&dev));
+    p = static_cast<float2*>(cuda::device_alloc(bytes, dev));
+    k_table<<<blocks(T * (D / 2)), kTpb, 0, s>>>(p, T, D, theta);
+    ZR_CUDA(cudaGetLastError());
+  }
+  ~Table() { cuda::device_free(p, bytes, dev); }
+  Table(const Table&) = delete;
+  Table& operator=(const Table&) = delete;
+};
+}  // namespace
+
+void forward(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
+             cudaStream_t stream) {
+  if (B * T == 0) return;
+  Table t(T, D, theta, stream);
+  k_forward<<<blocks(B * T * 3 * H * (D / 2)), kTpb, 0, stream>>>(qkv, out, t.p, B * T, T, H, K, D);
+  ZR_CUDA(cudaGetLastError());
+}
+
+void backward(const float* dout, float* dqkv, bool acc, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
+              float theta, cudaStream_t stream) {
+  if (B * T == 0) return;
+  Table t(T, D, theta, stream);
+  k_backward<<<blocks(B * T * (H + 2 * K) * (D / 2)), kTpb, 0, stream>>>(dout, dqkv, acc, t.p, B * T, T, H, K, D);
+  ZR_CUDA(cudaGetLastError());
+}
+}  // namespace zerorun::kernels::rope
