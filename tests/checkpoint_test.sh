@@ -164,8 +164,8 @@ if "$ZR" import MH16 -o imp16.bin >/dev/null 2>&1 && [[ "$(wdiff imp16.bin MH/mo
   ok "import of a bf16 checkpoint: weights within bf16 rounding, trains"
 else bad "bf16 import"; fi
 expect_fail "import: no config.json" "has no config.json" "$ZR" import S.good -o x.bin
-mkdir -p HL && cp MH/model.safetensors HL/ && sed 's/"gpt2"/"llama"/' MH/config.json >HL/config.json
-expect_fail "import: another model_type" 'model_type must be "gpt2"' "$ZR" import HL -o x.bin
+mkdir -p HL && cp MH/model.safetensors HL/ && sed 's/"gpt2"/"mistral"/' MH/config.json >HL/config.json
+expect_fail "import: another model_type" 'model_type must be "gpt2" or "llama"' "$ZR" import HL -o x.bin
 mkdir -p HP && cp MH/config.json HP/ && touch HP/pytorch_model.bin
 expect_fail "import: pickle only" "only pytorch_model.bin" "$ZR" import HP -o x.bin
 mkdir -p HN && cp MH/model.safetensors HN/ && sed 's/"n_layer": [0-9]*/"n_layer": 9/' MH/config.json >HN/config.json
@@ -174,6 +174,64 @@ mkdir -p HG && cp MH/model.safetensors HG/ && sed 's/"gelu_new"/"relu"/' MH/conf
 expect_fail "import: another activation" "activation_function \"relu\" is not supported" "$ZR" import HG -o x.bin
 mkdir -p HT && cp MH/config.json HT/ && cp MZ/model.safetensors HT/
 expect_fail "import: Linear-layout weights (merge --layout zerorun)" "(Conv1D weights are [in, out])" "$ZR" import HT -o x.bin
+
+# Llama (grouped-query: 4 query heads, 2 key/value heads; untied): the default merge is LlamaForCausalLM's layout
+# ("model." names, q/k/v_proj = rows of qkv_proj, exact), config.json a LlamaConfig; import of it = the merged
+# model.bin exactly; config.json asking for what the graph does not compute is an error naming the key.
+"$ZR" init --arch llama --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --n_kv_head 2 --ffn 96 --seed 5 \
+  -o ll.bin >/dev/null
+run --num_gpus 2 --config c2.json ll.bin --steps 3 --micro_batch_size 6 --save_dir SL --final_weights ll_live.st
+"$ZR" merge SL ML >/dev/null 2>&1
+if "$PY" - ML/model.safetensors ll_live.st ML/config.json <<'PY'
+import json, struct, sys
+from array import array
+def load(p):
+    b = open(p, "rb").read(); (n,) = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n]); h.pop("__metadata__", {})
+    out = {}
+    for k, e in h.items():
+        s, t = e["data_offsets"]; a = array("f"); a.frombytes(b[8 + n + s:8 + n + t]); out[k] = (e["shape"], a)
+    return out
+hf = load(sys.argv[1]); live = load(sys.argv[2]); cfg = json.load(open(sys.argv[3]))
+assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["model_type"] == "llama", cfg
+assert (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"], cfg["tie_word_embeddings"]) == (4, 2, 16, False), cfg
+want = set()
+for k, (shape, a) in live.items():
+    if k.endswith(".self_attn.qkv_proj.weight"):
+        stem = "model." + k[: -len("qkv_proj.weight")]
+        assert shape == [128, 64], shape
+        for name, r0, r1 in (("q_proj", 0, 64), ("k_proj", 64, 96), ("v_proj", 96, 128)):
+            hs, ha = hf[stem + name + ".weight"]; want.add(stem + name + ".weight")
+            assert hs == [r1 - r0, 64] and ha == a[r0 * 64:r1 * 64], name
+    else:
+        n = k if k == "lm_head.weight" else "model." + k
+        want.add(n)
+        assert hf[n][0] == shape and hf[n][1] == a, k
+assert set(hf) == want, sorted(set(hf) ^ want)
+PY
+then ok "merge of a grouped-query llama: LlamaForCausalLM names, q/k/v_proj split from qkv_proj, exact"
+else bad "merge llama HF layout"; fi
+if "$ZR" import ML -o imp_ll.bin >/dev/null 2>&1 && same_model imp_ll.bin ML/model.bin &&
+  "$ZR" --config c0.json imp_ll.bin --steps 1 --micro_batch_size 12 >/dev/null 2>&1; then
+  ok "import of the merged LlamaForCausalLM files == merged model.bin (weights and graph, exact), trains"
+else bad "llama import round trip"; fi
+llama_cfg() {  # DIR PYTHON-EXPR: ML's weights with config.json edited by the expression on dict c
+  mkdir -p "$1" && cp ML/model.safetensors "$1/" &&
+    "$PY" -c "import json,sys; c=json.load(open('ML/config.json')); $2; json.dump(c, open('$1/config.json','w'))"
+}
+llama_cfg LS 'c["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}'
+expect_fail "import llama: scaled rotary embedding" 'rope_scaling rope_type "linear" is not supported' "$ZR" import LS -o x.bin
+llama_cfg LB 'c["attention_bias"] = True'
+expect_fail "import llama: biases" "attention_bias = true is not supported" "$ZR" import LB -o x.bin
+llama_cfg LK 'c["num_key_value_heads"] = 4'
+expect_fail "import llama: more key/value heads than the file has" "k_proj.weight' has shape [32, 64], expected [64, 64]" \
+  "$ZR" import LK -o x.bin
+llama_cfg LK3 'c["num_key_value_heads"] = 3'
+expect_fail "import llama: key/value heads not dividing the heads" "config.json: num_key_value_heads 3 must divide num_attention_heads 4" \
+  "$ZR" import LK3 -o x.bin
+llama_cfg LH 'c["head_dim"] = 32'
+expect_fail "import llama: another head_dim" "head_dim 32 is not supported" "$ZR" import LH -o x.bin
+llama_cfg LA 'c["hidden_act"] = "gelu"'
+expect_fail "import llama: another activation" 'hidden_act "gelu" is not supported' "$ZR" import LA -o x.bin
 
 # 5. A rank killed in the middle of a save keeps the previous checkpoint and latest; resume uses it.
 rm -rf S A B && cp -r S.good S

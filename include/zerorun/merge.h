@@ -9,14 +9,16 @@ namespace zerorun {
 
 struct MergeResult {
   std::string dir, safetensors, model_bin, config_json;
-  bool hf_layout = false;  // model.safetensors is in Hugging Face's GPT-2 layout
+  bool hf_layout = false;  // model.safetensors is in transformers' layout, of the class hf_class
+  std::string hf_class;
   int64_t params = 0, largest = 0, peak_rss_bytes = 0, baseline_rss_bytes = 0;  // RSS: peak, and at the start
 };
 
-// How model.safetensors names and lays out the weights. Hf: a gpt2 checkpoint is written as Hugging Face's
+// How model.safetensors names and lays out the weights. Hf: a gpt2 checkpoint is written as transformers'
 // GPT2LMHeadModel saves itself ("transformer."-prefixed names, the Conv1D weights of c_attn, c_proj and c_fc stored
-// [in, out], lm_head only when untied), so GPT2LMHeadModel.from_pretrained(OUT) loads it with config.json; other
-// architectures have no transformers equivalent and keep zerorun's layout. Zerorun: the names and torch.nn.Linear
+// [in, out], lm_head only when untied), a llama as LlamaForCausalLM does ("model." names, q/k/v_proj split from
+// qkv_proj), so from_pretrained(OUT) loads it with config.json (include/zerorun/hf_layout.h); mlp and pre-rotary
+// llama models have no transformers equivalent and keep zerorun's layout. Zerorun: the names and torch.nn.Linear
 // [out, in] layout of model.bin, for every architecture.
 enum class MergeLayout { Hf, Zerorun };
 

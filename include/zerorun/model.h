@@ -42,17 +42,28 @@ struct Gpt2Spec {
   int64_t vocab = 50257, n_ctx = 1024, n_embd = 768, n_layer = 12, n_head = 12;
   bool tied = true;
 };
+// transformers' LlamaForCausalLM: RMSNorm, rotary positions (rope_theta), grouped-query attention with n_kv_head
+// key/value heads (0: n_head), SwiGLU MLP of width ffn, no biases, lm_head tied to the embedding or not.
 struct LlamaSpec {
   int64_t vocab = 32000, n_ctx = 2048, n_embd = 512, n_layer = 8, n_head = 8, ffn = 1376;
+  int64_t n_kv_head = 0;
+  double rope_theta = 10000.0, rms_eps = 1e-6;
+  bool tied = false;
 };
 Model build_mlp(const MlpSpec& s, uint64_t seed);
 Model build_gpt2(const Gpt2Spec& s, uint64_t seed);
 // A transformers GPT-2 checkpoint directory (config.json + model.safetensors or its sharded index) as a zerorun
 // gpt2 model (src/model/hf_import.cc); `notes` receives what was left out (tensors that are not weights).
 Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes = nullptr);
-// Whether a zerorun gpt2 parameter is one of transformers' Conv1D weights, stored [in, out] there (c_attn, c_proj,
-// c_fc): import and merge transpose these.
-bool hf_gpt2_conv1d(const std::string& name);
 Model build_llama(const LlamaSpec& s, uint64_t seed);
+// A transformers Llama checkpoint directory (model_type "llama") as a zerorun llama model: "model." names dropped,
+// q_proj/k_proj/v_proj stacked into self_attn.qkv_proj; unsupported config (rope_scaling, biases, head_dim other
+// than hidden_size / num_attention_heads, activation) is an error naming the key.
+Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes = nullptr);
+// A transformers checkpoint directory of either architecture, by config.json's model_type.
+Model import_hf(const std::string& dir, std::vector<std::string>* notes = nullptr);
+// Whether a zerorun llama graph is the transformers-compatible one (rotary positions, no learned position table;
+// models written before rotary embeddings existed are not).
+bool llama_is_hf_compatible(const Graph& g);
 
 }  // namespace zerorun

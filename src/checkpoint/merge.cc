@@ -1,8 +1,8 @@
 // `zerorun merge`: rebuilds full weights from ZeRO shards (like DeepSpeed's
 // zero_to_fp32) without MPI or a GPU, one parameter at a time, into
 // model.safetensors (fp32 or bf16), a model.bin that `zerorun train` can
-// start from, and config.json for known architectures (gpt2 in the layout
-// transformers' GPT2LMHeadModel loads).
+// start from, and config.json for known architectures (gpt2 and llama in the
+// layout transformers' GPT2LMHeadModel / LlamaForCausalLM load).
 #include "zerorun/merge.h"
 
 #include <sys/resource.h>
@@ -12,49 +12,33 @@
 #include "zerorun/checkpoint.h"
 #include "zerorun/fsutil.h"
 #include "zerorun/graph.h"
+#include "zerorun/hf_layout.h"
 #include "zerorun/model.h"
 #include "zerorun/safetensors.h"
 
 namespace zerorun {
 
 namespace {
-// The name HF's GPT2LMHeadModel saves a zerorun gpt2 parameter under.
-std::string hf_name(const std::string& name) { return name == "lm_head.weight" ? name : "transformer." + name; }
-
-// config.json: for gpt2 in HF layout a transformers GPT2Config; otherwise the architecture's sizes and a note.
-nlohmann::json hf_config(const nlohmann::json& graph, bool hf_layout) {
+// config.json: in transformers' layout, the class's config; otherwise the architecture's sizes and a note.
+nlohmann::json merge_config(const Graph& g, bool hf_layout) {
+  if (hf_layout) return hf_config_json(g);
   const nlohmann::json none;
-  std::string arch = graph.value("arch", none).is_string() ? graph["arch"].get<std::string>() : "";
-  nlohmann::json ac = graph.value("arch_config", none);
+  const std::string arch = g.meta.value("arch", none).is_string() ? g.meta["arch"].get<std::string>() : "";
+  nlohmann::json ac = g.meta.value("arch_config", none);
   if (!ac.is_object()) ac = nlohmann::json::object();
-  if (arch == "gpt2" && !hf_layout) {
-    ac["zerorun_arch"] = "gpt2";
-    ac["zerorun_note"] =
-        "zerorun layout (merge --layout zerorun): torch.nn.Linear [out, in] weights, not transformers' Conv1D "
-        "[in, out]; `zerorun merge` without --layout writes what GPT2LMHeadModel loads";
-    return ac;
-  }
-  if (arch == "gpt2") {
-    ac["model_type"] = "gpt2";
-    ac["architectures"] = {"GPT2LMHeadModel"};
-    for (const char* p : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) ac[p] = 0.0;  // zerorun trains without dropout
-    ac["n_ctx"] = ac.value("n_positions", 1024);
-    ac["activation_function"] = "gelu_new";
-    ac["layer_norm_epsilon"] = 1e-5;
-    return ac;
-  }
-  if (arch == "llama") {  // no "model_type": transformers' Llama would load this with wrong weights, not fail
-    ac["zerorun_arch"] = "llama";
-    ac["rms_norm_eps"] = 1e-6;
-    ac["hidden_act"] = "silu";
-    ac["zerorun_note"] =
-        "not loadable as a transformers LlamaForCausalLM: learned position table (embed_positions.weight) instead "
-        "of rotary embeddings, one fused self_attn.qkv_proj instead of q/k/v_proj; weights are torch.nn.Linear "
-        "[out, in]";
-    return ac;
-  }
   if (arch == "mlp") return ac;
-  return nullptr;
+  if (arch != "gpt2" && arch != "llama") return nullptr;
+  ac["zerorun_arch"] = arch;  // no "model_type": transformers would load these names and layouts wrongly, not fail
+  if (hf_class(g).empty())
+    ac["zerorun_note"] =
+        "not loadable as a transformers LlamaForCausalLM: a model.bin from before rotary embeddings (learned "
+        "position table embed_positions.weight, one fused self_attn.qkv_proj); weights are torch.nn.Linear "
+        "[out, in]";
+  else
+    ac["zerorun_note"] = "zerorun layout (merge --layout zerorun): model.bin's names and torch.nn.Linear [out, in] "
+                         "weights; `zerorun merge` without --layout writes what transformers' " +
+                         hf_class(g) + " loads";
+  return ac;
 }
 }  // namespace
 
@@ -69,13 +53,16 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
   make_dirs(out_dir);
   std::vector<std::string> order = g.param_order();
   MergeResult r;
-  r.hf_layout = layout == MergeLayout::Hf && g.meta.value("arch", nlohmann::json()) == "gpt2";
+  r.hf_class = layout == MergeLayout::Hf ? hf_class(g) : "";
+  r.hf_layout = !r.hf_class.empty();
   std::vector<SafetensorsStreamWriter::Decl> st_decl, bin_decl;
+  std::map<std::string, std::vector<HfPiece>> pieces;  // each parameter's tensors in model.safetensors
   for (auto& name : order) {
     ZR_CHECK(m["params"].contains(name), dir, "/manifest.json: graph parameter '", name, "' has no slices");
     Shape shape = m["params"][name]["shape"].get<Shape>();
-    const bool transpose = r.hf_layout && hf_gpt2_conv1d(name) && shape.size() == 2;
-    st_decl.push_back({r.hf_layout ? hf_name(name) : name, dtype, transpose ? Shape{shape[1], shape[0]} : shape});
+    const int64_t rows = shape.empty() ? 1 : shape[0];
+    pieces[name] = r.hf_layout ? hf_pieces(g, name, shape) : std::vector<HfPiece>{{name, shape, 0, rows, false}};
+    for (auto& p : pieces[name]) st_decl.push_back({p.name, dtype, p.shape});
     bin_decl.push_back({name, DType::F32, shape});
   }
   r.dir = dir;
@@ -99,28 +86,25 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
     }
     bin.append(name, buf.data(), buf.size() * 4);
     const Shape shape = m["params"][name]["shape"].get<Shape>();
-    if (r.hf_layout && hf_gpt2_conv1d(name) && shape.size() == 2) {  // [out, in] -> [in, out], in place of buf
-      std::vector<float> t(buf.size());
-      const int64_t rows = shape[0], cols = shape[1];
-      for (int64_t i = 0; i < rows; ++i)
-        for (int64_t j = 0; j < cols; ++j)
-          t[static_cast<size_t>(j * rows + i)] = buf[static_cast<size_t>(i * cols + j)];
-      buf.swap(t);
-    }
-    const std::string out_name = r.hf_layout ? hf_name(name) : name;
-    if (dtype == DType::F32) {
-      st.append(out_name, buf.data(), buf.size() * 4);
-    } else {
-      std::vector<uint16_t> h(buf.size());
-      for (size_t i = 0; i < buf.size(); ++i) h[i] = f32_to_bf16(buf[i]);
-      st.append(out_name, h.data(), h.size() * 2);
+    const int64_t cols = shape.size() == 2 ? shape[1] : 1;
+    std::vector<float> piece;
+    for (const HfPiece& p : pieces[name]) {
+      piece.resize(static_cast<size_t>(p.rows * cols));
+      hf_copy_piece(p, cols, buf.data(), piece.data(), true);
+      if (dtype == DType::F32) {
+        st.append(p.name, piece.data(), piece.size() * 4);
+      } else {
+        std::vector<uint16_t> h(piece.size());
+        for (size_t i = 0; i < piece.size(); ++i) h[i] = f32_to_bf16(piece[i]);
+        st.append(p.name, h.data(), h.size() * 2);
+      }
     }
     r.params += n;
     r.largest = std::max(r.largest, n);
   }
   st.commit();
   bin.commit();
-  nlohmann::json cfg = hf_config(m["graph"], r.hf_layout);
+  nlohmann::json cfg = merge_config(g, r.hf_layout);
   if (!cfg.is_null()) {
     r.config_json = out_dir + "/config.json";
     write_file_atomic(r.config_json, cfg.dump(2) + "\n");

@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
   bool untied = false;
   std::string import_dir, import_out = "model.bin";
   auto* import_cmd = app.add_subcommand(
-      "import", "write a model.bin from a transformers GPT-2 checkpoint (config.json + model.safetensors)");
+      "import", "write a model.bin from a transformers GPT-2 or Llama checkpoint (config.json + model.safetensors)");
   import_cmd->add_option("dir", import_dir, "checkpoint directory (e.g. what save_pretrained wrote)")->required();
   import_cmd->add_option("-o,--out", import_out, "output path");
   auto* init_cmd = app.add_subcommand("init", "write a model.bin with fresh weights");
@@ -222,6 +222,10 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--n_head", gpt.n_head, "gpt2/llama: heads");
   init_cmd->add_option("--ffn", llama.ffn, "llama: MLP width");
   init_cmd->add_flag("--untied", untied, "gpt2: separate lm_head weight");
+  bool tied = false;
+  init_cmd->add_flag("--tied", tied, "llama: lm_head tied to the token embedding");
+  init_cmd->add_option("--n_kv_head", llama.n_kv_head, "llama: key/value heads (grouped-query; default n_head)");
+  init_cmd->add_option("--rope_theta", llama.rope_theta, "llama: rotary embedding base (default 10000)");
 
   std::string est_model, est_precision = "bf16", est_device = "cuda";
   int est_world = 1;
@@ -281,15 +285,21 @@ int main(int argc, char** argv) {
       llama.n_layer = gpt.n_layer;
       llama.n_head = gpt.n_head;
       gpt.tied = !untied;
+      llama.tied = tied;
+      ZR_CHECK(!(tied && arch != "llama"), "--tied is for --arch llama (gpt2 is tied unless --untied)");
+      ZR_CHECK(!(untied && arch != "gpt2"), "--untied is for --arch gpt2 (llama is untied unless --tied)");
+      ZR_CHECK(arch == "llama" || (llama.n_kv_head == 0 && llama.rope_theta == 10000.0),
+               "--n_kv_head and --rope_theta are for --arch llama");
       return cmd_init(arch, out, seed, mlp, gpt, llama);
     }
     if (*import_cmd) {
       std::vector<std::string> notes;
-      Model m = import_hf_gpt2(import_dir, &notes);
+      Model m = import_hf(import_dir, &notes);
       for (auto& n : notes) std::printf("note: %s\n", n.c_str());
       save_model(import_out, m);
-      std::printf("wrote %s: gpt2 from %s, %lld parameters in %zu tensors, graph %s\n", import_out.c_str(),
-                  import_dir.c_str(), static_cast<long long>(m.num_params()), m.tensors.size(), m.graph_hash.c_str());
+      std::printf("wrote %s: %s from %s, %lld parameters in %zu tensors, graph %s\n", import_out.c_str(),
+                  m.graph.meta["arch"].get<std::string>().c_str(), import_dir.c_str(),
+                  static_cast<long long>(m.num_params()), m.tensors.size(), m.graph_hash.c_str());
       return 0;
     }
     if (*est_cmd) return cmd_estimate(est_model, est_world, est_precision, est_device);
@@ -298,7 +308,7 @@ int main(int argc, char** argv) {
                                        merge_layout == "hf" ? MergeLayout::Hf : MergeLayout::Zerorun);
       std::printf("merged %s: %lld parameters -> %s (%s, %s layout), %s%s%s\n", r.dir.c_str(),
                   static_cast<long long>(r.params), r.safetensors.c_str(), merge_dtype.c_str(),
-                  r.hf_layout ? "transformers GPT2LMHeadModel" : "zerorun", r.model_bin.c_str(),
+                  r.hf_layout ? ("transformers " + r.hf_class).c_str() : "zerorun", r.model_bin.c_str(),
                   r.config_json.empty() ? "" : ", ", r.config_json.c_str());
       std::printf(
           "peak memory +%.1f MiB while merging (process peak %.1f MiB; model %.1f MiB fp32, largest tensor "

@@ -1,5 +1,6 @@
-// Architecture builders for `zerorun init`: MLP, GPT-2 and a Llama-style
-// decoder, as graphs + freshly initialised tensors.
+// Architecture builders for `zerorun init`: MLP, GPT-2 and Llama (the
+// graphs transformers' GPT2LMHeadModel / LlamaForCausalLM compute), as graphs
+// + freshly initialised tensors.
 #include <cmath>
 
 #include "zerorun/model.h"
@@ -160,23 +161,32 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
 
 Model build_llama(const LlamaSpec& s, uint64_t seed) {
   check_transformer_sizes("llama", s.vocab, s.n_ctx, s.n_embd, s.n_layer, s.n_head, s.ffn);
-  // Llama-style: RMSNorm, SwiGLU MLP, no biases, untied head. Positions use a
-  // learned table (rotary embeddings are not implemented yet).
+  const int64_t C = s.n_embd, H = s.n_head, K = s.n_kv_head == 0 ? s.n_head : s.n_kv_head, D = C / H;
+  ZR_CHECK(K > 0 && H % K == 0, "llama: --n_kv_head ", K, " must be positive and divide --n_head ", H,
+           " (each key/value head serves n_head / n_kv_head query heads)");
+  ZR_CHECK(D % 2 == 0, "llama: the head size n_embd / n_head = ", D, " must be even (rotary embeddings rotate pairs)");
+  ZR_CHECK(s.rope_theta > 1.0 && std::isfinite(s.rope_theta), "llama: --rope_theta must be > 1, got ", s.rope_theta);
+  ZR_CHECK(s.rms_eps > 0.0 && s.rms_eps < 1.0, "llama: rms_norm_eps must be in (0, 1), got ", s.rms_eps);
   Builder b(seed);
-  const int64_t C = s.n_embd;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
-  std::string x = b.token_embed("embed_tokens.weight", "embed_positions.weight", s.vocab, s.n_ctx, C, std);
+  b.m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
+  b.block = "embed";
+  b.m.graph.blocks.push_back("embed");
+  b.normal("embed_tokens.weight", {s.vocab, C}, std);
+  std::string x = b.node("embedding", {"tokens"}, "x.0", {{"weight", "embed_tokens.weight"}});
   auto rms = [&](const std::string& in, const std::string& name) {
     b.fill(name + ".weight", {C}, 1.f);
-    return b.node("rmsnorm", {in}, name, {{"weight", name + ".weight"}}, {{"eps", 1e-6}});
+    return b.node("rmsnorm", {in}, name, {{"weight", name + ".weight"}}, {{"eps", s.rms_eps}});
   };
   for (int64_t l = 0; l < s.n_layer; ++l) {
     std::string p = "layers." + std::to_string(l);
     b.block = p;
     b.m.graph.blocks.push_back(p);
     std::string h = rms(x, p + ".input_layernorm");
-    h = b.linear(h, p + ".self_attn.qkv_proj", C, 3 * C, std, false);
-    h = b.node("attention", {h}, p + ".self_attn.out", {}, {{"n_head", s.n_head}});
+    // q_proj, k_proj, v_proj stacked: [(H + 2K) D, C]; rope rotates q and k and repeats the K key/value heads.
+    h = b.linear(h, p + ".self_attn.qkv_proj", C, (H + 2 * K) * D, std, false);
+    h = b.node("rope", {h}, p + ".self_attn.rope", {}, {{"n_head", H}, {"n_kv_head", K}, {"theta", s.rope_theta}});
+    h = b.node("attention", {h}, p + ".self_attn.out", {}, {{"n_head", H}});
     h = b.linear(h, p + ".self_attn.o_proj", C, C, proj_std, false);
     x = b.node("add", {x, h}, p + ".res1");
     h = rms(x, p + ".post_attention_layernorm");
@@ -190,15 +200,36 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
   b.block = "head";
   b.m.graph.blocks.push_back("head");
   x = rms(x, "norm");
-  x = b.linear(x, "lm_head", C, s.vocab, std, false);
+  if (s.tied) {
+    x = b.node("linear", {x}, "lm_head", {{"weight", "embed_tokens.weight"}});
+  } else {
+    x = b.linear(x, "lm_head", C, s.vocab, std, false);
+  }
   b.node("cross_entropy", {x, "targets"}, "loss");
   b.m.graph.loss = "loss";
   b.m.graph.meta["arch"] = "llama";
-  b.m.graph.meta["arch_config"] = {
-      {"vocab_size", s.vocab},          {"max_position_embeddings", s.n_ctx}, {"hidden_size", C},
-      {"num_hidden_layers", s.n_layer}, {"num_attention_heads", s.n_head},    {"intermediate_size", s.ffn}};
+  b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab},
+                                   {"max_position_embeddings", s.n_ctx},
+                                   {"hidden_size", C},
+                                   {"num_hidden_layers", s.n_layer},
+                                   {"num_attention_heads", H},
+                                   {"num_key_value_heads", K},
+                                   {"intermediate_size", s.ffn},
+                                   {"rope_theta", s.rope_theta},
+                                   {"rms_norm_eps", s.rms_eps},
+                                   {"tie_word_embeddings", s.tied}};
   b.m.graph.meta["symbols"] = {{"T", s.n_ctx}};
   return b.done();
+}
+
+bool llama_is_hf_compatible(const Graph& g) {
+  if (g.meta.value("arch", json()) != "llama") return false;
+  bool rope = false;
+  for (const auto& n : g.nodes) {
+    if (n.op == "rope") rope = true;
+    if (n.op == "embedding" && n.attrs.value("position", false)) return false;
+  }
+  return rope;
 }
 
 }  // namespace zerorun
