@@ -52,6 +52,20 @@ def read_safetensors(path):
     return tensors, meta
 
 
+def rotary(q, k, theta):
+    """q, k [B, heads, T, D] rotated as transformers' LlamaRotaryEmbedding + apply_rotary_pos_emb do it:
+    inv_freq = 1 / theta^(2i/D), emb = cat(freqs, freqs), x cos + rotate_half(x) sin."""
+    T, D = q.shape[2], q.shape[3]
+    inv = 1.0 / (theta ** (torch.arange(0, D, 2, dtype=torch.float64) / D))
+    emb = torch.cat([torch.outer(torch.arange(T, dtype=torch.float64), inv)] * 2, dim=-1)
+    cos, sin = emb.cos().to(q.dtype), emb.sin().to(q.dtype)
+
+    def rotate_half(t):
+        return torch.cat((-t[..., D // 2:], t[..., :D // 2]), dim=-1)
+
+    return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+
 def forward(graph, params, inputs):
     vals = dict(inputs)
     for n in graph["nodes"]:
@@ -83,6 +97,16 @@ def forward(graph, params, inputs):
             y = F.layer_norm(x[0], (C,), p["weight"], p.get("bias"), a.get("eps", 1e-5))
         elif op == "rmsnorm":
             y = x[0] * torch.rsqrt(x[0].pow(2).mean(-1, keepdim=True) + a.get("eps", 1e-6)) * p["weight"]
+        elif op == "rope":  # transformers' apply_rotary_pos_emb (rotate_half) + repeat_kv, from their definition
+            B, T, W = x[0].shape
+            H = a["n_head"]
+            K = a.get("n_kv_head", H)
+            D = W // (H + 2 * K)
+            q, k, v = x[0].split([H * D, K * D, K * D], dim=2)
+            q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in (q, k, v))
+            q, k = rotary(q, k, a.get("theta", 10000.0))
+            k, v = (t.repeat_interleave(H // K, dim=1) for t in (k, v))
+            y = torch.cat([t.transpose(1, 2).reshape(B, T, H * D) for t in (q, k, v)], dim=2)
         elif op == "attention":
             B, T, C3 = x[0].shape
             C, H = C3 // 3, a["n_head"]
@@ -133,6 +157,41 @@ def hf_gpt2_loss(config, sd, tokens, targets):
         h = h + conv1d(m, p + ".mlp.c_proj")
     h = F.layer_norm(h, (C,), w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
     head = w.get("lm_head.weight", w["transformer.wte.weight"])
+    return F.cross_entropy((h @ head.t()).view(B * T, -1), targets.reshape(-1))
+
+
+def hf_llama_loss(config, w, tokens, targets):
+    """LlamaForCausalLM's forward as transformers' modeling_llama defines it (eval mode), from config.json and the
+    merged model.safetensors only: separate q/k/v_proj, rotary q and k, key/value heads repeated
+    num_attention_heads / num_key_value_heads times, LlamaRMSNorm, SwiGLU MLP, untied or tied lm_head."""
+    assert config["model_type"] == "llama" and config["hidden_act"] == "silu"
+    C, H, L = config["hidden_size"], config["num_attention_heads"], config["num_hidden_layers"]
+    K = config.get("num_key_value_heads", H)
+    D, eps = C // H, config["rms_norm_eps"]
+    B, T = tokens.shape
+
+    def norm(x, name):
+        return w[name + ".weight"] * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+    def lin(x, name):
+        return x @ w[name + ".weight"].t()
+
+    h = w["model.embed_tokens.weight"][tokens]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+    for i in range(L):
+        p = f"model.layers.{i}"
+        x = norm(h, p + ".input_layernorm")
+        q = lin(x, p + ".self_attn.q_proj").view(B, T, H, D).transpose(1, 2)
+        k = lin(x, p + ".self_attn.k_proj").view(B, T, K, D).transpose(1, 2)
+        v = lin(x, p + ".self_attn.v_proj").view(B, T, K, D).transpose(1, 2)
+        q, k = rotary(q, k, config.get("rope_theta", 10000.0))
+        k, v = (t.repeat_interleave(H // K, dim=1) for t in (k, v))
+        att = ((q @ k.transpose(-1, -2)) / math.sqrt(D)).masked_fill(~mask, float("-inf")).softmax(-1)
+        h = h + lin((att @ v).transpose(1, 2).reshape(B, T, C), p + ".self_attn.o_proj")
+        x = norm(h, p + ".post_attention_layernorm")
+        h = h + lin(F.silu(lin(x, p + ".mlp.gate_proj")) * lin(x, p + ".mlp.up_proj"), p + ".mlp.down_proj")
+    h = norm(h, "model.norm")
+    head = w["model.embed_tokens.weight"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
     return F.cross_entropy((h @ head.t()).view(B * T, -1), targets.reshape(-1))
 
 
@@ -206,11 +265,12 @@ def compare(name, ours, ref, rtol=1e-4):
     return ok
 
 
-def transformers_checks(zr, work, merged, merged_loss, cfg, shard, make_batch, V, T):
-    """With transformers installed (the device machine's PyTorch has it; Debian has not): (1) GPT2LMHeadModel
-    .from_pretrained on zerorun merge's output gives zerorun's loss; (2) a GPT2LMHeadModel made and saved by
-    transformers, read by `zerorun import`, gives the same loss and trains like transformers' model under
-    torch.optim.AdamW (float64, the same batches, clipping and schedule)."""
+def transformers_checks(zr, work, arch, merged, merged_loss, cfg, shard, make_batch, V, T):
+    """With transformers installed (the device machine's PyTorch has it; Debian has not): (1) the class's
+    from_pretrained on zerorun merge's output gives zerorun's loss; (2) a model of that class made and saved by
+    transformers, read by `zerorun import`, trains like transformers' model under torch.optim.AdamW (float64,
+    the same batches, clipping and schedule). arch: gpt2 (GPT2LMHeadModel) or llama (LlamaForCausalLM, 4 query
+    heads sharing 2 key/value heads)."""
     try:
         import transformers
     except ImportError:
@@ -218,31 +278,40 @@ def transformers_checks(zr, work, merged, merged_loss, cfg, shard, make_batch, V
         return True
     ok = True
     batch = make_batch(0, 4)
+    cls = transformers.GPT2LMHeadModel if arch == "gpt2" else transformers.LlamaForCausalLM
 
     def hf_loss(model, b):
         logits = model(input_ids=b["tokens"].long()).logits  # labels= would shift; targets are already shifted
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), b["targets"].long().reshape(-1))
 
-    m = transformers.GPT2LMHeadModel.from_pretrained(merged, attn_implementation="eager").double().eval()
+    m = cls.from_pretrained(merged, attn_implementation="eager").double().eval()
     with torch.no_grad():
         ref = hf_loss(m, batch).item()
     rel = abs(merged_loss - ref) / abs(ref)
-    print(f"transformers {transformers.__version__}: GPT2LMHeadModel.from_pretrained(merge) loss {ref:.8f}, "
-          f"zerorun {merged_loss:.8f}, rel {rel:.2e}")
+    print(f"transformers {transformers.__version__}: {cls.__name__}.from_pretrained(merge) loss {ref:.8f}, "
+          f"zerorun {merged_loss:.8f}, rel {rel:.2e} -> {'PASS' if rel <= 1e-5 else 'FAIL'}")
     ok &= rel <= 1e-5
-    # (2) transformers' own GPT-2, imported
+    # (2) transformers' own model, imported
     torch.manual_seed(11)
-    conf = transformers.GPT2Config(vocab_size=V, n_positions=T, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0,
-                                   embd_pdrop=0.0, attn_pdrop=0.0)
-    hf = transformers.GPT2LMHeadModel(conf)
-    hf_dir = os.path.join(work, "hf_gpt2")
+    if arch == "gpt2":
+        conf = transformers.GPT2Config(vocab_size=V, n_positions=T, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                       embd_pdrop=0.0, attn_pdrop=0.0)
+    else:
+        conf = transformers.LlamaConfig(vocab_size=V, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=T,
+                                        rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=False)
+    hf = cls(conf)
+    hf_dir = os.path.join(work, "hf_" + arch)
     hf.save_pretrained(hf_dir)  # model.safetensors + config.json
     imported = os.path.join(work, "imported.bin")
-    subprocess.run([zr, "import", hf_dir, "-o", imported], check=True, capture_output=True)
+    r = subprocess.run([zr, "import", hf_dir, "-o", imported], capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL: zerorun import of transformers' {cls.__name__}:\n{r.stdout}{r.stderr}")
+        return False
     steps = 20
     ours = run_zerorun(zr, imported, cfg, steps, work, ["--data", shard])
-    hf = transformers.GPT2LMHeadModel.from_pretrained(hf_dir, attn_implementation="eager").double().train()
-    params = list(hf.parameters())  # the tied head appears once
+    hf = cls.from_pretrained(hf_dir, attn_implementation="eager").double().train()
+    params = list(hf.parameters())  # a tied head appears once
     o = cfg["optimizer"]["params"]
     opt = torch.optim.AdamW(params, lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.999))), eps=o.get("eps", 1e-8),
                             weight_decay=o.get("weight_decay", 0.0))
@@ -260,7 +329,40 @@ def transformers_checks(zr, work, merged, merged_loss, cfg, shard, make_batch, V
         torch.nn.utils.clip_grad_norm_(params, cfg["gradient_clipping"])
         opt.step()
         ref.append(total / gas)
-    ok &= compare("zerorun import of transformers' GPT2LMHeadModel vs transformers training it", ours, ref)
+    ok &= compare(f"zerorun import of transformers' {cls.__name__} vs transformers training it", ours, ref)
+    return ok
+
+
+def merge_checks(zr, work, arch, model, cfg, shard, make_batch):
+    """A 3-step ZeRO-3 checkpoint of `model`, merged: the graph interpreter on the zerorun layout and the
+    transformers class's forward (written from its definition) on the default layout give zerorun's loss of the
+    merged model.bin; then transformers_checks. Returns (ok, merged dir, zerorun's loss)."""
+    save = os.path.join(work, "ckpt_" + arch)
+    merged = os.path.join(work, "merged_" + arch)
+    run_zerorun(zr, model, dict(cfg, zero_optimization={"stage": 3}), 3, work, ["--data", shard, "--save_dir", save])
+    merged_z = merged + "_zerorun"
+    subprocess.run([zr, "merge", save, merged], check=True, capture_output=True)
+    subprocess.run([zr, "merge", save, merged_z, "--layout", "zerorun"], check=True, capture_output=True)
+    weights, _ = read_safetensors(os.path.join(merged_z, "model.safetensors"))
+    hf_weights, hf_meta = read_safetensors(os.path.join(merged, "model.safetensors"))
+    _, meta = read_safetensors(os.path.join(merged, "model.bin"))
+    graph = json.loads(meta["graph"])
+    batch = make_batch(0, 4)
+    hf_forward = hf_gpt2_loss if arch == "gpt2" else hf_llama_loss
+    with torch.no_grad():
+        ref = forward(graph, weights, batch).item()
+        with open(os.path.join(merged, "config.json")) as f:
+            hf_ref = hf_forward(json.load(f), hf_weights, batch["tokens"].long(), batch["targets"].long()).item()
+    cfg0 = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
+            "optimizer": {"type": "AdamW", "params": {"lr": 0.0}}}
+    ours = run_zerorun(zr, os.path.join(merged, "model.bin"), cfg0, 1, work, ["--data", shard])[0]
+    rel = abs(ours - ref) / abs(ref)
+    hf_rel = abs(ours - hf_ref) / abs(hf_ref)
+    ok = rel <= 1e-5 and hf_rel <= 1e-5 and hf_meta.get("format") == "pt"
+    print(f"merged {arch} checkpoint: torch forward loss {ref:.8f} (zerorun layout), {hf_ref:.8f} ("
+          f"{'GPT2LMHeadModel' if arch == 'gpt2' else 'LlamaForCausalLM'} layout, format={hf_meta.get('format')}), "
+          f"zerorun {ours:.8f}, rel {rel:.2e} / {hf_rel:.2e} -> {'PASS' if ok else 'FAIL'}")
+    ok &= transformers_checks(zr, work, arch, merged, ours, cfg, shard, make_batch, 128, 32)
     return ok
 
 
@@ -329,34 +431,15 @@ def main():
 
         ours = run_zerorun(zr, gpt, cfg, 20, work, ["--data", shard])
         ok &= compare("gpt2", ours, torch_losses(gpt, cfg, 20, gpt_batch))
-        # --- merged checkpoint: torch loads model.safetensors, same forward loss --
-        save = os.path.join(work, "ckpt")
-        merged = os.path.join(work, "merged")
-        cfg2 = dict(cfg, zero_optimization={"stage": 3})
-        run_zerorun(zr, gpt, cfg2, 3, work, ["--data", shard, "--save_dir", save])
-        # zerorun layout: the graph interpreter on model.safetensors; the default (transformers' GPT-2 layout):
-        # GPT2LMHeadModel's forward from config.json + model.safetensors.
-        merged_z = merged + "_zerorun"
-        subprocess.run([zr, "merge", save, merged], check=True, capture_output=True)
-        subprocess.run([zr, "merge", save, merged_z, "--layout", "zerorun"], check=True, capture_output=True)
-        weights, _ = read_safetensors(os.path.join(merged_z, "model.safetensors"))
-        hf_weights, hf_meta = read_safetensors(os.path.join(merged, "model.safetensors"))
-        _, meta = read_safetensors(os.path.join(merged, "model.bin"))
-        graph = json.loads(meta["graph"])
-        batch = gpt_batch(0, 4)
-        with torch.no_grad():
-            ref = forward(graph, weights, batch).item()
-            with open(os.path.join(merged, "config.json")) as f:
-                hf_ref = hf_gpt2_loss(json.load(f), hf_weights, batch["tokens"].long(), batch["targets"].long()).item()
-        cfg0 = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-                "optimizer": {"type": "AdamW", "params": {"lr": 0.0}}}
-        ours = run_zerorun(zr, os.path.join(merged, "model.bin"), cfg0, 1, work, ["--data", shard])[0]
-        rel = abs(ours - ref) / abs(ref)
-        hf_rel = abs(ours - hf_ref) / abs(hf_ref)
-        print(f"merged checkpoint: torch forward loss {ref:.8f} (zerorun layout), {hf_ref:.8f} (GPT2LMHeadModel "
-              f"layout, format={hf_meta.get('format')}), zerorun {ours:.8f}, rel {rel:.2e} / {hf_rel:.2e}")
-        ok &= rel <= 1e-5 and hf_rel <= 1e-5 and hf_meta.get("format") == "pt"
-        ok &= transformers_checks(zr, work, merged, ours, cfg, shard, gpt_batch, V, T)
+        ok &= merge_checks(zr, work, "gpt2", gpt, cfg, shard, gpt_batch)
+        # --- tiny Llama (L=2, C=64, 4 query heads on 2 key/value heads, rotary, SwiGLU) on the same shard ---
+        llama = os.path.join(work, "llama.bin")
+        subprocess.run([zr, "init", "--arch", "llama", "--vocab", str(V), "--n_ctx", str(T), "--n_embd", "64",
+                        "--n_layer", "2", "--n_head", "4", "--n_kv_head", "2", "--ffn", "96", "--rope_theta", "500",
+                        "--seed", "6", "-o", llama], check=True, capture_output=True)
+        ours = run_zerorun(zr, llama, cfg, 20, work, ["--data", shard])
+        ok &= compare("llama (grouped-query, rotary)", ours, torch_losses(llama, cfg, 20, gpt_batch))
+        ok &= merge_checks(zr, work, "llama", llama, cfg, shard, gpt_batch)
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
 
