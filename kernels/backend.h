@@ -127,11 +127,9 @@ class Backend {
   virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, int64_t B, int64_t T,
                              int64_t C, int64_t H) = 0;
   // Rotary embeddings + grouped-query head repeat (cpu::rope_fwd's layouts): qkv [B, T, (H + 2K) D] ->
-  // out [B, T, 3 H D]; the backward writes or adds (Grad) dqkv.
-  virtual void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                        float theta) = 0;
-  virtual void rope_bwd(const float* dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                        float theta) = 0;
+  // out [B, T, 3 H D]; the backward writes or adds (Grad) dqkv. Each side f32, or 16-bit where activations16().
+  virtual void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) = 0;
+  virtual void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) = 0;
   // Flash-style attention (no T x T matrix): saves the per-row log-sum-exp
   // [B, H, T] instead of the probabilities; backward also reads the output.
   virtual bool has_flash_attention(int64_t /*head_size*/) const { return false; }

@@ -80,13 +80,13 @@ class CpuBackend : public Backend {
   void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
     cpu::attention_fwd(qkv, out, probs, B, T, C, H);
   }
-  void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                float theta) override {
-    cpu::rope_fwd(qkv, out, B, T, H, K, D, theta);
+  void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
+    ZR_CHECK(qkv.p && out.p, "rope: 16-bit activations are CUDA-only");
+    cpu::rope_fwd(qkv.p, out.p, B, T, H, K, D, theta);
   }
-  void rope_bwd(const float* dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                float theta) override {
-    cpu::rope_bwd(dout, acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, theta);
+  void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
+    ZR_CHECK(dout.p, "rope: 16-bit activations are CUDA-only");
+    cpu::rope_bwd(dout.p, acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, theta);
   }
   void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, int64_t B, int64_t T,
                      int64_t C, int64_t H) override {

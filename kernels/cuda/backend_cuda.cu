@@ -1422,14 +1422,13 @@ class CudaBackend : public Backend {
       gemm_strided(true, false, T, hs, T, 1.f, dP.p, T, TT, q, C3, hs, 1.f, dq + C, C3, hs, H);   // dK += dS^T Q
     }
   }
-  void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                float theta) override {
-    rope::forward(qkv, out, B, T, H, K, D, theta, cuda::stream());
+  void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
+    rope::forward({qkv.p, qkv.h}, {out.p, out.h}, mm_ == DType::BF16, B, T, H, K, D, theta, cuda::stream());
   }
-  void rope_bwd(const float* dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                float theta) override {
-    ZR_CHECK(!dqkv.h, "rope: 16-bit gradients are not written");
-    if (dqkv) rope::backward(dout, dqkv.p, dqkv.acc, B, T, H, K, D, theta, cuda::stream());
+  void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
+    if (dqkv)
+      rope::backward({dout.p, dout.h}, {dqkv.p, dqkv.h}, dqkv.acc, mm_ == DType::BF16, B, T, H, K, D, theta,
+                     cuda::stream());
   }
   bool has_flash_attention(int64_t head_size) const override { return flash::supported(head_size); }
   void flash_attention_fwd(Src qkv, Dst out, float* lse, int64_t B, int64_t T, int64_t C, int64_t H) override {

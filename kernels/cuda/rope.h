@@ -6,10 +6,19 @@
 #include <cstdint>
 
 namespace zerorun::kernels::rope {
+// A tensor in f32 (f) or, f null, 16-bit bits (h) of bfloat16 (bf) or fp16.
+struct In {
+  const float* f;
+  const uint16_t* h;
+};
+struct Out {
+  float* f;
+  uint16_t* h;
+};
 // qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D]: q and k rotated, key/value heads repeated H / K times.
-void forward(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
+void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
              cudaStream_t stream);
-// dqkv = (acc ? dqkv : 0) + the gradient of dout through forward.
-void backward(const float* dout, float* dqkv, bool acc, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-              float theta, cudaStream_t stream);
+// dqkv = (acc ? dqkv : 0) + the gradient of dout through forward (a 16-bit dqkv is always overwritten).
+void backward(In dout, Out dqkv, bool acc, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
+              cudaStream_t stream);
 }  // namespace zerorun::kernels::rope

@@ -313,8 +313,8 @@ TEST_CASE(
   CHECK_THROWS_WITH(ex.stores16("nope"), Catch::Contains("not a node output"));
   Model l = build_llama(testing::tiny_llama_spec(64, 16, 32, 1, 2, 48), 3);
   Executor el(l.graph, none, none);
-  CHECK_FALSE(el.stores16("layers.0.self_attn.qkv_proj"));  // read by rope, an f32 op
-  CHECK_FALSE(el.stores16("layers.0.self_attn.rope"));      // rope has f32 kernels only (yet): it emits f32
+  CHECK(el.stores16("layers.0.self_attn.qkv_proj"));  // read only by rope
+  CHECK(el.stores16("layers.0.self_attn.rope"));      // read only by attention
   CHECK(el.stores16("layers.0.self_attn.out"));
   CHECK_FALSE(el.stores16("layers.0.mlp.act"));  // silu's output feeds the gate product (mul): f32
   CHECK_FALSE(el.stores16("layers.0.mlp.up_proj"));

@@ -1,6 +1,7 @@
 // rope: rotary position embeddings (transformers' Llama convention) on packed
 // qkv [B, T, (H + 2K) D] -> [B, T, 3 H D] for the attention op, with the K
-// key/value heads of grouped-query attention repeated H / K times. Saves nothing.
+// key/value heads of grouped-query attention repeated H / K times. Saves
+// nothing; 16-bit storage on either side where the backend has it.
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -35,16 +36,23 @@ class Rope : public Op {
   void forward(NodeCtx& c) const override {
     const Tensor& qkv = c.in[0];
     RopeDims d = dims_of(*c.node, qkv.dim(2));
-    Tensor y = new_out({qkv.dim(0), qkv.dim(1), 3 * d.H * d.D}, device_of(c));
-    be(c).rope_fwd(qkv.f32(), y.f32(), qkv.dim(0), qkv.dim(1), d.H, d.K, d.D, d.theta);
+    const Shape os{qkv.dim(0), qkv.dim(1), 3 * d.H * d.D};
+    Tensor y = want16(c, 0) ? new_out16(c, os) : new_out(os, device_of(c));
+    be(c).rope_fwd(src_of(qkv), dst_of(y), qkv.dim(0), qkv.dim(1), d.H, d.K, d.D, d.theta);
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
+  // 16-bit storage on either side (bf16/fp16 runs on CUDA): rope saves nothing, so its input and output can both
+  // stay in the matmul dtype between the qkv projection and attention.
+  bool emits16(size_t) const override { return true; }
+  bool takes16(size_t) const override { return true; }
+  bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
+  bool takes_dout16(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     const Tensor& qkv = c.in[0];
     RopeDims d = dims_of(*c.node, qkv.dim(2));
-    be(c).rope_bwd(c.dout[0].f32(), grad_of(c, 0), qkv.dim(0), qkv.dim(1), d.H, d.K, d.D, d.theta);
+    be(c).rope_bwd(src_of(c.dout[0]), grad_of(c, 0), qkv.dim(0), qkv.dim(1), d.H, d.K, d.D, d.theta);
   }
 };
 }  // namespace
