@@ -47,7 +47,8 @@ void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float*
 #ifdef __CUDACC__
 __host__ __device__
 #endif
-inline double rope_angle(int64_t t, int64_t i, int64_t D, float theta) {
+    inline double
+    rope_angle(int64_t t, int64_t i, int64_t D, float theta) {
   const float inv = static_cast<float>(1.0 / ::pow(static_cast<double>(theta), static_cast<double>(2 * i) / D));
   return static_cast<double>(static_cast<float>(t) * inv);
 }

@@ -3,8 +3,6 @@
 // one thread per feature pair of the output (forward) or of the input (backward:
 // a key/value head sums its H / K copies in head order, no atomics); each side
 // f32 or 16-bit storage (bf16/fp16 runs), computed in f32.
-#include "rope.h"
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -12,6 +10,7 @@
 
 #include "cuda_check.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "rope.h"
 #include "zerorun/cuda_rt.h"
 
 namespace zerorun::kernels::rope {

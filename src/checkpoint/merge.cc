@@ -35,9 +35,10 @@ nlohmann::json merge_config(const Graph& g, bool hf_layout) {
         "position table embed_positions.weight, one fused self_attn.qkv_proj); weights are torch.nn.Linear "
         "[out, in]";
   else
-    ac["zerorun_note"] = "zerorun layout (merge --layout zerorun): model.bin's names and torch.nn.Linear [out, in] "
-                         "weights; `zerorun merge` without --layout writes what transformers' " +
-                         hf_class(g) + " loads";
+    ac["zerorun_note"] =
+        "zerorun layout (merge --layout zerorun): model.bin's names and torch.nn.Linear [out, in] "
+        "weights; `zerorun merge` without --layout writes what transformers' " +
+        hf_class(g) + " loads";
   return ac;
 }
 }  // namespace

@@ -208,16 +208,11 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
   b.node("cross_entropy", {x, "targets"}, "loss");
   b.m.graph.loss = "loss";
   b.m.graph.meta["arch"] = "llama";
-  b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab},
-                                   {"max_position_embeddings", s.n_ctx},
-                                   {"hidden_size", C},
-                                   {"num_hidden_layers", s.n_layer},
-                                   {"num_attention_heads", H},
-                                   {"num_key_value_heads", K},
-                                   {"intermediate_size", s.ffn},
-                                   {"rope_theta", s.rope_theta},
-                                   {"rms_norm_eps", s.rms_eps},
-                                   {"tie_word_embeddings", s.tied}};
+  b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab},      {"max_position_embeddings", s.n_ctx},
+                                   {"hidden_size", C},           {"num_hidden_layers", s.n_layer},
+                                   {"num_attention_heads", H},   {"num_key_value_heads", K},
+                                   {"intermediate_size", s.ffn}, {"rope_theta", s.rope_theta},
+                                   {"rms_norm_eps", s.rms_eps},  {"tie_word_embeddings", s.tied}};
   b.m.graph.meta["symbols"] = {{"T", s.n_ctx}};
   return b.done();
 }

@@ -150,9 +150,8 @@ Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
   Model m = build_gpt2(s, 0);
   for (auto& n : m.graph.nodes)
     if (n.op == "layernorm") n.attrs["eps"] = eps;
-  load_hf_weights(m, dir,
-                  "a GPT-2 of " + std::to_string(s.n_layer) + " layers, n_embd " + std::to_string(s.n_embd), s.tied,
-                  notes);
+  load_hf_weights(m, dir, "a GPT-2 of " + std::to_string(s.n_layer) + " layers, n_embd " + std::to_string(s.n_embd),
+                  s.tied, notes);
   return m;
 }
 
@@ -176,7 +175,8 @@ Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes) {
   s.tied = cfg.value("tie_word_embeddings", json(false)) == json(true);
   s.rms_eps = cfg_eps(cfg, cfg_path, "rms_norm_eps", 1e-6);
   const json act = cfg.value("hidden_act", json("silu"));
-  ZR_CHECK(act == "silu", cfg_path, ": hidden_act ", act.dump(), " is not supported (zerorun's Llama MLP is SwiGLU: silu)");
+  ZR_CHECK(act == "silu", cfg_path, ": hidden_act ", act.dump(),
+           " is not supported (zerorun's Llama MLP is SwiGLU: silu)");
   for (const char* k : {"attention_bias", "mlp_bias"})
     ZR_CHECK(cfg.value(k, json(false)) == json(false), cfg_path, ": ", k, " = ", cfg[k].dump(),
              " is not supported (zerorun's Llama has no biases)");
@@ -188,7 +188,8 @@ Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes) {
   json theta = cfg.value("rope_theta", json(10000.0));
   const json scaling = cfg.value("rope_scaling", json());
   const json params = cfg.value("rope_parameters", json());
-  for (const auto& [key, rp] : {std::pair<const char*, const json&>{"rope_scaling", scaling}, {"rope_parameters", params}}) {
+  for (const auto& [key, rp] :
+       {std::pair<const char*, const json&>{"rope_scaling", scaling}, {"rope_parameters", params}}) {
     if (rp.is_null()) continue;
     ZR_CHECK(rp.is_object(), cfg_path, ": ", key, " must be an object or null");
     const json type = rp.value("rope_type", rp.value("type", json("default")));

@@ -237,8 +237,9 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
                    {{false}, true, true, true, true}, dt);
     // Head size 64: the tensor-core kernels read and write 16 bits (257 rows: a partial last tile).
     // rope: 16-bit on each side alone and on all sides (grouped-query: a 16-bit key/value gradient sums copies).
-    for (const Storage16& st : {all, Storage16{{true}, false, false, false, false}, Storage16{{false}, true, false, false, true},
-                                Storage16{{false}, false, true, true, false}})
+    for (const Storage16& st :
+         {all, Storage16{{true}, false, false, false, false}, Storage16{{false}, true, false, false, true},
+          Storage16{{false}, false, true, true, false}})
       compare_op16("rope", {{"n_head", 8}, {"n_kv_head", 2}}, {rnd({2, 37, (8 + 4) * 64}, r)}, {}, st, dt);
     compare_op16("attention", {{"n_head", 2}}, {rnd({2, 257, 3 * 128}, r, 2.0)}, {}, all, dt);
     compare_op16("attention", {{"n_head", 3}}, {rnd({1, 100, 3 * 192}, r)}, {}, {{false}, false, true, true, false},
