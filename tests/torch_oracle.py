@@ -214,17 +214,13 @@ def lr_at(sched, base_lr, it):
     return mn + (mx - mn) * g
 
 
-def torch_losses(model_path, cfg, steps, make_batch):
-    params, meta = read_safetensors(model_path)
-    graph = json.loads(meta["graph"])
-    for t in params.values():
-        t.requires_grad_(True)
+def torch_train(params, loss_of, cfg, steps, make_batch):
+    """Per-step losses of `steps` steps of torch.optim.AdamW on `params` with the config's micro batch,
+    accumulation, clipping and schedule; loss_of(batch) is the model's loss."""
     o = cfg["optimizer"]["params"]
-    opt = torch.optim.AdamW(list(params.values()), lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.999))),
-                            eps=o.get("eps", 1e-8), weight_decay=o.get("weight_decay", 0.0))
-    micro = cfg["train_micro_batch_size_per_gpu"]
-    gas = cfg["gradient_accumulation_steps"]
-    batch = micro * gas
+    opt = torch.optim.AdamW(params, lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.999))), eps=o.get("eps", 1e-8),
+                            weight_decay=o.get("weight_decay", 0.0))
+    micro, gas = cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]
     losses = []
     for k in range(steps):
         for g in opt.param_groups:
@@ -232,14 +228,21 @@ def torch_losses(model_path, cfg, steps, make_batch):
         opt.zero_grad()
         total = 0.0
         for a in range(gas):
-            inputs = make_batch(k * batch + a * micro, micro)
-            loss = forward(graph, params, inputs)
+            loss = loss_of(make_batch(k * micro * gas + a * micro, micro))
             (loss / gas).backward()
             total += loss.item()
-        torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["gradient_clipping"])
+        torch.nn.utils.clip_grad_norm_(params, cfg["gradient_clipping"])
         opt.step()
         losses.append(total / gas)
     return losses
+
+
+def torch_losses(model_path, cfg, steps, make_batch):
+    params, meta = read_safetensors(model_path)
+    graph = json.loads(meta["graph"])
+    for t in params.values():
+        t.requires_grad_(True)
+    return torch_train(list(params.values()), lambda b: forward(graph, params, b), cfg, steps, make_batch)
 
 
 def run_zerorun(zr, model, cfg, steps, work, extra):
@@ -311,24 +314,7 @@ def transformers_checks(zr, work, arch, merged, merged_loss, cfg, shard, make_ba
     steps = 20
     ours = run_zerorun(zr, imported, cfg, steps, work, ["--data", shard])
     hf = cls.from_pretrained(hf_dir, attn_implementation="eager").double().train()
-    params = list(hf.parameters())  # a tied head appears once
-    o = cfg["optimizer"]["params"]
-    opt = torch.optim.AdamW(params, lr=o["lr"], betas=tuple(o.get("betas", (0.9, 0.999))), eps=o.get("eps", 1e-8),
-                            weight_decay=o.get("weight_decay", 0.0))
-    micro, gas = cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"]
-    ref = []
-    for k in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(cfg.get("scheduler"), o["lr"], k - 1)
-        opt.zero_grad()
-        total = 0.0
-        for a in range(gas):
-            loss = hf_loss(hf, make_batch(k * micro * gas + a * micro, micro))
-            (loss / gas).backward()
-            total += loss.item()
-        torch.nn.utils.clip_grad_norm_(params, cfg["gradient_clipping"])
-        opt.step()
-        ref.append(total / gas)
+    ref = torch_train(list(hf.parameters()), lambda b: hf_loss(hf, b), cfg, steps, make_batch)  # tied: once
     ok &= compare(f"zerorun import of transformers' {cls.__name__} vs transformers training it", ours, ref)
     return ok
 
