@@ -158,7 +158,8 @@ class Backend {
   // dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
   virtual void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
                                  Grad dlogits, int64_t N, int64_t V) = 0;
-  virtual double mse_fwd(const float* pred, const float* target, int64_t n) = 0;
+  // *loss (a scalar in the backend's memory, written on its stream: nothing waits) = mean((pred - target)^2).
+  virtual void mse_fwd(const float* pred, const float* target, int64_t n, float* loss) = 0;
   virtual void mse_bwd(const float* pred, const float* target, const float* dloss, Grad dpred, int64_t n) = 0;
   virtual void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
                          float eps, float wd, bool adamw, bool bias_correction, int64_t step) = 0;

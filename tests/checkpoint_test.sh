@@ -23,7 +23,7 @@ my_ranks() {
 ZR=$W/zerorun
 cat >"$ZR" <<EOF2
 #!/usr/bin/env bash
-case "\$1" in init|merge|report|estimate) exec "$ZR_BIN" "\$@" ;; esac
+case "\$1" in init|merge|import|report|estimate) exec "$ZR_BIN" "\$@" ;; esac
 exec "$ZR_BIN" "\$@" $TRAIN_ARGS
 EOF2
 chmod +x "$ZR"

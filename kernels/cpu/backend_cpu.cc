@@ -117,7 +117,9 @@ class CpuBackend : public Backend {
                          Grad dlogits, int64_t N, int64_t V) override {
     cpu::cross_entropy_bwd(logits, targets, lse, *dloss, acc_ptr(dlogits, N * V), N, V);
   }
-  double mse_fwd(const float* pred, const float* target, int64_t n) override { return cpu::mse_fwd(pred, target, n); }
+  void mse_fwd(const float* pred, const float* target, int64_t n, float* loss) override {
+    *loss = static_cast<float>(cpu::mse_fwd(pred, target, n));
+  }
   void mse_bwd(const float* pred, const float* target, const float* dloss, Grad dpred, int64_t n) override {
     cpu::mse_bwd(pred, target, *dloss, acc_ptr(dpred, n), n);
   }

@@ -988,6 +988,11 @@ __global__ void k_sq_diff_sum(const float* a, const float* b, int64_t n, double*
   s = block_sum(s);
   if (threadIdx.x == 0) part[blockIdx.x] = static_cast<double>(s);
 }
+__global__ void k_mean_of_partials(const double* part, unsigned g, int64_t n, float* out) {
+  double s = 0.0;
+  for (unsigned i = 0; i < g; ++i) s += part[i];
+  *out = static_cast<float>(s / static_cast<double>(n));  // n = 0: NaN, as on the CPU
+}
 __global__ void k_mse_bwd(const float* p, const float* t, const float* dloss, Grad dp, int64_t n) {
   float scale = 2.f * *dloss / static_cast<float>(n);
   GRID_STRIDE(i, n) dp.p[i] = (dp.acc ? dp.p[i] : 0.f) + scale * (p[i] - t[i]);
@@ -1576,8 +1581,14 @@ class CudaBackend : public Backend {
                                                                       dlogits.acc, bf, N, V);
     ZR_CUDA(cudaGetLastError());
   }
-  double mse_fwd(const float* pred, const float* target, int64_t n) override {
-    return sum_sq(pred, target, n) / static_cast<double>(n);
+  void mse_fwd(const float* pred, const float* target, int64_t n, float* loss) override {
+    // On the device, so a CUDA graph can capture it: the blocks' partials, then one thread adds them in block
+    // order (the same sum every run, as the host's sum of the partials would be).
+    const unsigned g = n ? std::min<unsigned>(grid_for(n), 1024) : 1;
+    DevBuf<double> acc(g, !n);
+    if (n) k_sq_diff_sum<<<g, kTpb, 0, cuda::stream()>>>(pred, target, n, acc.p);
+    k_mean_of_partials<<<1, 1, 0, cuda::stream()>>>(acc.p, g, n, loss);
+    ZR_CUDA(cudaGetLastError());
   }
   void mse_bwd(const float* pred, const float* target, const float* dloss, Grad dpred, int64_t n) override {
     LAUNCH(k_mse_bwd, n, pred, target, dloss, dpred, n);

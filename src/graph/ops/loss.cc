@@ -4,12 +4,6 @@
 
 namespace zerorun::ops {
 namespace {
-Tensor scalar(const NodeCtx& c, double v) {
-  Tensor t = new_out({}, device_of(c));
-  be(c).set_scalar(t.f32(), static_cast<float>(v));
-  return t;
-}
-
 class CrossEntropy : public Op {
  public:
   bool is_loss() const override { return true; }
@@ -78,7 +72,9 @@ class Mse : public Op {
     return {{{}, DType::F32}};
   }
   void forward(NodeCtx& c) const override {
-    c.out = {scalar(c, be(c).mse_fwd(c.in[0].f32(), c.in[1].f32(), c.in[0].numel()))};
+    Tensor loss = new_out({}, device_of(c));  // written on the device: nothing waits for the forward here
+    be(c).mse_fwd(c.in[0].f32(), c.in[1].f32(), c.in[0].numel(), loss.f32());
+    c.out = {loss};
   }
   bool writes_grad(size_t input) const override { return input == 0; }  // the target gets no gradient
   void backward(NodeCtx& c) const override {
