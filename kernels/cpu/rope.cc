@@ -22,17 +22,20 @@ void rope_tables(int64_t T, int64_t D, float theta, std::vector<float>& cs, std:
       sn[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(a));
     }
 }
+// f(row, cos, sin) for every row r < B*T (position r % T) in parallel, with that position's [D/2] tables.
+template <class F>
+void each_row(int64_t B, int64_t T, int64_t D, float theta, F f) {
+  std::vector<float> cs, sn;
+  rope_tables(T, D, theta, cs, sn);
+  const int64_t half = D / 2;
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < B * T; ++r) f(r, cs.data() + (r % T) * half, sn.data() + (r % T) * half);
+}
 }  // namespace
 
 void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) {
-  std::vector<float> cs, sn;
-  rope_tables(T, D, theta, cs, sn);
   const int64_t half = D / 2, rep = H / K, in_w = (H + 2 * K) * D, out_w = 3 * H * D;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < B * T; ++r) {
-    const int64_t t = r % T;
-    const float* c = cs.data() + t * half;
-    const float* s = sn.data() + t * half;
+  each_row(B, T, D, theta, [&](int64_t r, const float* c, const float* s) {
     const float* x = qkv + r * in_w;
     float* y = out + r * out_w;
     for (int64_t j = 0; j < 2 * H; ++j) {  // q heads, then the (repeated) k heads: rotated
@@ -48,18 +51,12 @@ void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int
       const float* src = x + (H + K + j / rep) * D;
       for (int64_t i = 0; i < D; ++i) y[(2 * H + j) * D + i] = src[i];
     }
-  }
+  });
 }
 
 void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) {
-  std::vector<float> cs, sn;
-  rope_tables(T, D, theta, cs, sn);
   const int64_t half = D / 2, rep = H / K, in_w = (H + 2 * K) * D, out_w = 3 * H * D;
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < B * T; ++r) {
-    const int64_t t = r % T;
-    const float* c = cs.data() + t * half;
-    const float* s = sn.data() + t * half;
+  each_row(B, T, D, theta, [&](int64_t r, const float* c, const float* s) {
     const float* g = dout + r * out_w;
     float* dx = dqkv + r * in_w;
     // The transpose of the rotation, summed over the output heads each input head feeds (in head order).
@@ -85,7 +82,7 @@ void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, i
         dst[i] += d;
       }
     }
-  }
+  });
 }
 
 }  // namespace zerorun::kernels::cpu
