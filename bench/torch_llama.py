@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""PyTorch reference for the llama-* sizes of bench/bench_gpt2.sh: a Llama
+(RMSNorm, rotary q/k, grouped-query SDPA attention, SwiGLU, untied head, no
+biases) from random init, bf16 autocast, fused AdamW, torch.compile; prints
+tokens/s, MFU and peak memory in the zerorun side's format."""
+import argparse
+import json
+import math
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+def rotate(x, cos, sin):
+    h = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., h:], x[..., :h]), dim=-1) * sin
+
+
+class Block(nn.Module):
+    def __init__(self, C, H, K, FF, L):
+        super().__init__()
+        self.H, self.K, self.D = H, K, C // H
+        self.ln_1, self.ln_2 = nn.RMSNorm(C, eps=1e-6), nn.RMSNorm(C, eps=1e-6)
+        self.qkv = nn.Linear(C, (H + 2 * K) * self.D, bias=False)
+        self.o = nn.Linear(C, C, bias=False)
+        self.gate, self.up = nn.Linear(C, FF, bias=False), nn.Linear(C, FF, bias=False)
+        self.down = nn.Linear(FF, C, bias=False)
+        for w in (self.o.weight, self.down.weight):
+            nn.init.normal_(w, 0.0, 0.02 / math.sqrt(2 * L))
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln_1(x)).split([self.H * self.D, self.K * self.D, self.K * self.D], dim=2)
+        q = rotate(q.view(B, T, self.H, self.D).transpose(1, 2), cos, sin)
+        k = rotate(k.view(B, T, self.K, self.D).transpose(1, 2), cos, sin)
+        v = v.view(B, T, self.K, self.D).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        x = x + self.o(y.transpose(1, 2).reshape(B, T, C))
+        h = self.ln_2(x)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, V, T, C, L, H, K, FF):
+        super().__init__()
+        self.emb = nn.Embedding(V, C)
+        self.h = nn.ModuleList(Block(C, H, K, FF, L) for _ in range(L))
+        self.norm = nn.RMSNorm(C, eps=1e-6)
+        self.head = nn.Linear(C, V, bias=False)
+        for n, p in self.named_parameters():
+            if p.dim() >= 2 and not n.endswith(("o.weight", "down.weight")):
+                nn.init.normal_(p, 0.0, 0.02)
+        D = C // H
+        inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+        emb = torch.cat([torch.outer(torch.arange(T, dtype=torch.float32), inv)] * 2, dim=-1)
+        self.register_buffer("cos", emb.cos(), persistent=False)
+        self.register_buffer("sin", emb.sin(), persistent=False)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.emb(idx)
+        cos, sin = self.cos[:T], self.sin[:T]
+        for b in self.h:
+            x = b(x, cos, sin)
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", required=True)
+    ap.add_argument("--layers", type=int, required=True)
+    ap.add_argument("--embd", type=int, required=True)
+    ap.add_argument("--heads", type=int, required=True)
+    ap.add_argument("--kv_heads", type=int, required=True)
+    ap.add_argument("--ffn", type=int, required=True)
+    ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--compile", type=int, default=1)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    model = Llama(a.vocab, a.seq, a.embd, a.layers, a.heads, a.kv_heads, a.ffn).cuda()
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    step_fn = torch.compile(model) if a.compile else model
+    x = torch.randint(0, a.vocab, (a.batch, a.seq), device="cuda")
+    y = torch.randint(0, a.vocab, (a.batch, a.seq), device="cuda")
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for i in range(a.steps + 3):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = step_fn(x, y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append(time.perf_counter() - t0)
+    tok_s = a.batch * a.seq / (sum(times) / len(times))
+    flops_tok = 6 * n_params + 6 * a.layers * a.embd * a.seq
+    print(json.dumps({"impl": "pytorch" + (" compile" if a.compile else ""), "size": a.size, "params": n_params,
+                      "tokens_per_s": tok_s, "mfu": tok_s * flops_tok / 989e12,
+                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": loss.item()}))
+
+
+if __name__ == "__main__":
+    main()
