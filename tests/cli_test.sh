@@ -50,6 +50,16 @@ expect_ok "init llama" "wrote llama.bin" "$ZR" init --arch llama --vocab 128 --n
 expect_fail "init: heads not dividing the width" "gpt2: --n_embd 65 is not divisible by --n_head 4" \
   "$ZR" init --arch gpt2 --n_embd 65 --n_head 4 -o bad.bin
 expect_fail "init: a zero size" "llama: --n_layer must be positive, got 0" "$ZR" init --arch llama --n_layer 0 -o bad.bin
+expect_ok "init llama: grouped-query, tied, rope_theta" "wrote llamag.bin: llama, " "$ZR" init --arch llama --vocab 128 \
+  --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --n_kv_head 2 --rope_theta 500000 --tied --ffn 96 -o llamag.bin
+expect_fail "init llama: kv heads not dividing the heads" "llama: --n_kv_head 3 must be positive and divide --n_head 4" \
+  "$ZR" init --arch llama --n_embd 64 --n_head 4 --n_kv_head 3 -o bad.bin
+expect_fail "init llama: an odd head size" "llama: the head size n_embd / n_head = 3 must be even" \
+  "$ZR" init --arch llama --n_embd 12 --n_head 4 -o bad.bin
+expect_fail "init llama: rope_theta" "llama: --rope_theta must be > 1, got 1" "$ZR" init --arch llama --rope_theta 1 -o bad.bin
+expect_fail "init: --tied on gpt2" "--tied is for --arch llama" "$ZR" init --arch gpt2 --tied -o bad.bin
+expect_fail "init: --n_kv_head on gpt2" "--n_kv_head and --rope_theta are for --arch llama" \
+  "$ZR" init --arch gpt2 --n_kv_head 2 -o bad.bin
 expect_ok "report" "CPU backend" "$ZR" report
 expect_ok "report names NCCL" "NCCL \.+ (not used|[0-9]+\.[0-9]+|not loadable)" "$ZR" report
 expect_ok "report: what --device auto picks" "^--device auto \.+ cpu \((no GPU visible|built without CUDA)\)" "$ZR" report
