@@ -14,8 +14,8 @@ RopeDims dims_of(const Node& n, int64_t width) {
   const int64_t H = attr_int(n, "n_head");
   const int64_t K = n.attrs.contains("n_kv_head") ? attr_int(n, "n_kv_head") : H;
   ZR_CHECK(H > 0 && K > 0 && H % K == 0, "n_kv_head ", K, " must be positive and divide n_head ", H);
-  ZR_CHECK(H <= width && width % (H + 2 * K) == 0, "qkv width ", width, " is not (n_head + 2 n_kv_head) x head size, n_head ", H,
-           ", n_kv_head ", K);
+  ZR_CHECK(H <= width && width % (H + 2 * K) == 0, "qkv width ", width,
+           " is not (n_head + 2 n_kv_head) x head size, n_head ", H, ", n_kv_head ", K);
   const int64_t D = width / (H + 2 * K);
   ZR_CHECK(D > 0 && D % 2 == 0, "rope needs an even head size, got ", D);
   const float theta = attr_float(n, "theta", 10000.f);
