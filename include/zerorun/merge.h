@@ -9,8 +9,8 @@ namespace zerorun {
 
 struct MergeResult {
   std::string dir, safetensors, model_bin, config_json;
-  bool hf_layout = false;  // model.safetensors is in transformers' layout, of the class hf_class
-  std::string hf_class;
+  std::string hf_class;  // model.safetensors is in this transformers class's layout ("": zerorun's)
+  bool hf_layout() const { return !hf_class.empty(); }
   int64_t params = 0, largest = 0, peak_rss_bytes = 0, baseline_rss_bytes = 0;  // RSS: peak, and at the start
 };
 

@@ -29,7 +29,8 @@ nlohmann::json merge_config(const Graph& g, bool hf_layout) {
   if (arch == "mlp") return ac;
   if (arch != "gpt2" && arch != "llama") return nullptr;
   ac["zerorun_arch"] = arch;  // no "model_type": transformers would load these names and layouts wrongly, not fail
-  if (hf_class(g).empty())
+  const std::string cls = hf_class(g);
+  if (cls.empty())
     ac["zerorun_note"] =
         "not loadable as a transformers LlamaForCausalLM: a model.bin from before rotary embeddings (learned "
         "position table embed_positions.weight, one fused self_attn.qkv_proj); weights are torch.nn.Linear "
@@ -38,7 +39,7 @@ nlohmann::json merge_config(const Graph& g, bool hf_layout) {
     ac["zerorun_note"] =
         "zerorun layout (merge --layout zerorun): model.bin's names and torch.nn.Linear [out, in] "
         "weights; `zerorun merge` without --layout writes what transformers' " +
-        hf_class(g) + " loads";
+        cls + " loads";
   return ac;
 }
 }  // namespace
@@ -55,14 +56,13 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
   std::vector<std::string> order = g.param_order();
   MergeResult r;
   r.hf_class = layout == MergeLayout::Hf ? hf_class(g) : "";
-  r.hf_layout = !r.hf_class.empty();
   std::vector<SafetensorsStreamWriter::Decl> st_decl, bin_decl;
   std::map<std::string, std::vector<HfPiece>> pieces;  // each parameter's tensors in model.safetensors
   for (auto& name : order) {
     ZR_CHECK(m["params"].contains(name), dir, "/manifest.json: graph parameter '", name, "' has no slices");
     Shape shape = m["params"][name]["shape"].get<Shape>();
     const int64_t rows = shape.empty() ? 1 : shape[0];
-    pieces[name] = r.hf_layout ? hf_pieces(g, name, shape) : std::vector<HfPiece>{{name, shape, 0, rows, false}};
+    pieces[name] = r.hf_layout() ? hf_pieces(g, name, shape) : std::vector<HfPiece>{{name, shape, 0, rows, false}};
     for (auto& p : pieces[name]) st_decl.push_back({p.name, dtype, p.shape});
     bin_decl.push_back({name, DType::F32, shape});
   }
@@ -87,16 +87,21 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
     }
     bin.append(name, buf.data(), buf.size() * 4);
     const Shape shape = m["params"][name]["shape"].get<Shape>();
-    const int64_t cols = shape.size() == 2 ? shape[1] : 1;
-    std::vector<float> piece;
+    const int64_t rows = shape.empty() ? 1 : shape[0], cols = n / rows;
+    std::vector<float> copy;
     for (const HfPiece& p : pieces[name]) {
-      piece.resize(static_cast<size_t>(p.rows * cols));
-      hf_copy_piece(p, cols, buf.data(), piece.data(), true);
+      const size_t count = static_cast<size_t>(p.rows * cols);
+      const float* piece = buf.data() + p.row0 * cols;  // rows of buf as they are: no copy
+      if (p.transpose) {
+        copy.resize(count);
+        hf_copy_piece(p, cols, buf.data(), copy.data(), true);
+        piece = copy.data();
+      }
       if (dtype == DType::F32) {
-        st.append(p.name, piece.data(), piece.size() * 4);
+        st.append(p.name, piece, count * 4);
       } else {
-        std::vector<uint16_t> h(piece.size());
-        for (size_t i = 0; i < piece.size(); ++i) h[i] = f32_to_bf16(piece[i]);
+        std::vector<uint16_t> h(count);
+        for (size_t i = 0; i < count; ++i) h[i] = f32_to_bf16(piece[i]);
         st.append(p.name, h.data(), h.size() * 2);
       }
     }
@@ -105,7 +110,7 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
   }
   st.commit();
   bin.commit();
-  nlohmann::json cfg = merge_config(g, r.hf_layout);
+  nlohmann::json cfg = merge_config(g, r.hf_layout());
   if (!cfg.is_null()) {
     r.config_json = out_dir + "/config.json";
     write_file_atomic(r.config_json, cfg.dump(2) + "\n");

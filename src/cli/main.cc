@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
                                        merge_layout == "hf" ? MergeLayout::Hf : MergeLayout::Zerorun);
       std::printf("merged %s: %lld parameters -> %s (%s, %s layout), %s%s%s\n", r.dir.c_str(),
                   static_cast<long long>(r.params), r.safetensors.c_str(), merge_dtype.c_str(),
-                  r.hf_layout ? ("transformers " + r.hf_class).c_str() : "zerorun", r.model_bin.c_str(),
+                  r.hf_layout() ? ("transformers " + r.hf_class).c_str() : "zerorun", r.model_bin.c_str(),
                   r.config_json.empty() ? "" : ", ", r.config_json.c_str());
       std::printf(
           "peak memory +%.1f MiB while merging (process peak %.1f MiB; model %.1f MiB fp32, largest tensor "

@@ -98,7 +98,7 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
   for (const std::string& name : m.tensor_names) {
     Tensor& dst = m.tensors.at(name);
     const Shape want = dst.shape();
-    const int64_t cols = want.size() == 2 ? want[1] : 1;
+    const int64_t cols = dst.numel() / (want.empty() ? 1 : want[0]);
     for (const HfPiece& p : hf_pieces(m.graph, name, want)) {
       auto it = entries.find(bare(p.name));
       ZR_CHECK(it != entries.end(), dir, ": has no tensor '", p.name, "' (", what, " needs it)");
