@@ -121,11 +121,8 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
   finalize_model(m);
 }
 
-}  // namespace
-
-Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
-  const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
-  const json cfg = read_config(dir, cfg_path);
+// The architectures' imports from config.json already read (cfg, from cfg_path).
+Model gpt2_from(const std::string& dir, const std::string& cfg_path, const json& cfg, std::vector<std::string>* notes) {
   ZR_CHECK(cfg.value("model_type", json()) == "gpt2", cfg_path, ": model_type must be \"gpt2\", got ",
            cfg.value("model_type", json()).dump());
   Gpt2Spec s;
@@ -155,9 +152,8 @@ Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
   return m;
 }
 
-Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes) {
-  const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
-  const json cfg = read_config(dir, cfg_path);
+Model llama_from(const std::string& dir, const std::string& cfg_path, const json& cfg,
+                 std::vector<std::string>* notes) {
   ZR_CHECK(cfg.value("model_type", json()) == "llama", cfg_path, ": model_type must be \"llama\", got ",
            cfg.value("model_type", json()).dump());
   LlamaSpec s;
@@ -207,12 +203,25 @@ Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes) {
   return m;
 }
 
+std::string config_path(const std::string& dir) { return (std::filesystem::path(dir) / "config.json").string(); }
+}  // namespace
+
+Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
+  const std::string cfg_path = config_path(dir);
+  return gpt2_from(dir, cfg_path, read_config(dir, cfg_path), notes);
+}
+
+Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes) {
+  const std::string cfg_path = config_path(dir);
+  return llama_from(dir, cfg_path, read_config(dir, cfg_path), notes);
+}
+
 Model import_hf(const std::string& dir, std::vector<std::string>* notes) {
-  const std::string cfg_path = (std::filesystem::path(dir) / "config.json").string();
+  const std::string cfg_path = config_path(dir);
   const json cfg = read_config(dir, cfg_path);
   const json type = cfg.value("model_type", json());
-  if (type == "gpt2") return import_hf_gpt2(dir, notes);
-  if (type == "llama") return import_hf_llama(dir, notes);
+  if (type == "gpt2") return gpt2_from(dir, cfg_path, cfg, notes);
+  if (type == "llama") return llama_from(dir, cfg_path, cfg, notes);
   ZR_FAIL(cfg_path, ": model_type must be \"gpt2\" or \"llama\" (the transformers architectures zerorun imports), got ",
           type.dump());
 }
