@@ -58,12 +58,14 @@ class Builder {
     fill(name + ".bias", {C}, 0.f);
     return node("layernorm", {x}, name, {{"weight", name + ".weight"}, {"bias", name + ".bias"}}, {{"eps", 1e-5}});
   }
-  // Token-model inputs and the "embed" block: token + learned position tables.
+  // Token-model inputs and the "embed" block: the token table, plus a learned position table unless pos is ""
+  // (rotary models: positions enter in the attention blocks).
   std::string token_embed(const std::string& tok, const std::string& pos, int64_t V, int64_t T, int64_t C, double std) {
     m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
     block = "embed";
     m.graph.blocks.push_back("embed");
     normal(tok, {V, C}, std);
+    if (pos.empty()) return node("embedding", {"tokens"}, "x.0", {{"weight", tok}});
     normal(pos, {T, C}, std);
     node("embedding", {"tokens"}, "tok_emb", {{"weight", tok}});
     node("embedding", {"tokens"}, "pos_emb", {{"weight", pos}}, {{"position", true}});
@@ -169,11 +171,7 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
   ZR_CHECK(s.rms_eps > 0.0 && s.rms_eps < 1.0, "llama: rms_norm_eps must be in (0, 1), got ", s.rms_eps);
   Builder b(seed);
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
-  b.m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
-  b.block = "embed";
-  b.m.graph.blocks.push_back("embed");
-  b.normal("embed_tokens.weight", {s.vocab, C}, std);
-  std::string x = b.node("embedding", {"tokens"}, "x.0", {{"weight", "embed_tokens.weight"}});
+  std::string x = b.token_embed("embed_tokens.weight", "", s.vocab, s.n_ctx, C, std);
   auto rms = [&](const std::string& in, const std::string& name) {
     b.fill(name + ".weight", {C}, 1.f);
     return b.node("rmsnorm", {in}, name, {{"weight", name + ".weight"}}, {{"eps", s.rms_eps}});
