@@ -50,21 +50,9 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.view(-1))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size", required=True)
-    ap.add_argument("--layers", type=int, required=True)
-    ap.add_argument("--embd", type=int, required=True)
-    ap.add_argument("--heads", type=int, required=True)
-    ap.add_argument("--vocab", type=int, default=50304)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--compile", type=int, default=1)
-    a = ap.parse_args()
-    torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    model = GPT(a.vocab, a.seq, a.embd, a.layers, a.heads).cuda()
+def bench(model, a):
+    """Times a.steps steps (after 3 warm-up steps) of model(idx, targets) -> loss under bf16 autocast with fused
+    AdamW and torch.compile (a.compile) on a fixed random batch; prints the JSON line bench_gpt2.sh reads."""
     n_params = sum(p.numel() for p in model.parameters())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
     step_fn = torch.compile(model) if a.compile else model
@@ -88,6 +76,31 @@ def main():
     print(json.dumps({"impl": "pytorch" + (" compile" if a.compile else ""), "size": a.size, "params": n_params,
                       "tokens_per_s": tok_s, "mfu": tok_s * flops_tok / 989e12,
                       "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": loss.item()}))
+
+
+def args(extra=(), vocab=50304):
+    """The command line both PyTorch references take (extra: (flag, type) pairs of their own)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", required=True)
+    ap.add_argument("--layers", type=int, required=True)
+    ap.add_argument("--embd", type=int, required=True)
+    ap.add_argument("--heads", type=int, required=True)
+    for flag, t in extra:
+        ap.add_argument(flag, type=t, required=True)
+    ap.add_argument("--vocab", type=int, default=vocab)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--compile", type=int, default=1)
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    return a
+
+
+def main():
+    a = args()
+    bench(GPT(a.vocab, a.seq, a.embd, a.layers, a.heads).cuda(), a)
 
 
 if __name__ == "__main__":

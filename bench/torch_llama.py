@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """PyTorch reference for the llama-* sizes of bench/bench_gpt2.sh: a Llama
 (RMSNorm, rotary q/k, grouped-query SDPA attention, SwiGLU, untied head, no
-biases) from random init, bf16 autocast, fused AdamW, torch.compile; prints
-tokens/s, MFU and peak memory in the zerorun side's format."""
-import argparse
-import json
+biases) from random init, timed by torch_gpt2.py's bench (bf16 autocast, fused
+AdamW, torch.compile); prints tokens/s, MFU and peak memory in the zerorun
+side's format."""
 import math
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from torch_gpt2 import args, bench  # the command line and the timing loop, shared
 
 
 def rotate(x, cos, sin):
@@ -69,45 +69,8 @@ class Llama(nn.Module):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--size", required=True)
-    ap.add_argument("--layers", type=int, required=True)
-    ap.add_argument("--embd", type=int, required=True)
-    ap.add_argument("--heads", type=int, required=True)
-    ap.add_argument("--kv_heads", type=int, required=True)
-    ap.add_argument("--ffn", type=int, required=True)
-    ap.add_argument("--vocab", type=int, default=32000)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--compile", type=int, default=1)
-    a = ap.parse_args()
-    torch.manual_seed(0)
-    torch.backends.cuda.matmul.allow_tf32 = True
-    model = Llama(a.vocab, a.seq, a.embd, a.layers, a.heads, a.kv_heads, a.ffn).cuda()
-    n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    step_fn = torch.compile(model) if a.compile else model
-    x = torch.randint(0, a.vocab, (a.batch, a.seq), device="cuda")
-    y = torch.randint(0, a.vocab, (a.batch, a.seq), device="cuda")
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for i in range(a.steps + 3):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = step_fn(x, y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        torch.cuda.synchronize()
-        if i >= 3:
-            times.append(time.perf_counter() - t0)
-    tok_s = a.batch * a.seq / (sum(times) / len(times))
-    flops_tok = 6 * n_params + 6 * a.layers * a.embd * a.seq
-    print(json.dumps({"impl": "pytorch" + (" compile" if a.compile else ""), "size": a.size, "params": n_params,
-                      "tokens_per_s": tok_s, "mfu": tok_s * flops_tok / 989e12,
-                      "peak_gib": torch.cuda.max_memory_allocated() / 2**30, "loss": loss.item()}))
+    a = args((("--kv_heads", int), ("--ffn", int)), vocab=32000)
+    bench(Llama(a.vocab, a.seq, a.embd, a.layers, a.heads, a.kv_heads, a.ffn).cuda(), a)
 
 
 if __name__ == "__main__":
