@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "device_util.h"
 #include "flash_attention.h"
 #include "kernels/backend.h"
 #include "kernels/optim_math.h"
@@ -71,13 +72,6 @@ __device__ inline float block_sum(float v) {
 __host__ __device__ inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 __device__ inline float4 ld4(const float* p, int64_t i) { return reinterpret_cast<const float4*>(p)[i]; }
 __device__ inline void st4(float* p, int64_t i, float4 v) { reinterpret_cast<float4*>(p)[i] = v; }
-// 16-bit storage: bf (bfloat16) or fp16 bits.
-__device__ inline uint16_t to16_bits(bool bf, float v) {
-  return bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
-}
-__device__ inline float from16(bool bf, uint16_t u) {
-  return bf ? __bfloat162float(__ushort_as_bfloat16(u)) : __half2float(__ushort_as_half(u));
-}
 // Four values rounded to 16 bits, packed in order into one 8-byte word.
 __device__ inline uint2 pack4_16(bool bf, float a, float b, float c, float d) {
   return make_uint2(static_cast<uint32_t>(to16_bits(bf, a)) | (static_cast<uint32_t>(to16_bits(bf, b)) << 16),
@@ -1110,29 +1104,6 @@ __global__ void k_to16(bool bf, const float* s, uint16_t* d16, float* d32, int64
     GRID_STRIDE(i, n) one(i);
   }
 }
-
-template <typename T>
-struct DevBuf {  // scratch from the caching allocator
-  T* p = nullptr;
-  size_t bytes = 0;
-  DevBuf() = default;  // empty
-  explicit DevBuf(size_t n, bool zero = true) : bytes(n * sizeof(T)) {
-    ZR_CUDA(cudaGetDevice(&dev));
-    p = static_cast<T*>(cuda::device_alloc(bytes, dev));
-    if (zero) ZR_CUDA(cudaMemsetAsync(p, 0, bytes, cuda::stream()));
-  }
-  int dev = 0;
-  DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes), dev(o.dev) { o.p = nullptr; }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  DevBuf& operator=(DevBuf&& o) noexcept {
-    std::swap(p, o.p), std::swap(bytes, o.bytes), std::swap(dev, o.dev);
-    return *this;
-  }
-  ~DevBuf() {
-    if (p) cuda::device_free(p, bytes, dev);
-  }
-};
 
 // Row chunking of the column sums: at least 64 rows per block, at most ~128 chunks.
 inline int64_t col_rows_per(int64_t N) { return std::max<int64_t>(64, (N + 127) / 128); }

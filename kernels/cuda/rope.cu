@@ -3,15 +3,12 @@
 // one thread per feature pair of the output (forward) or of the input (backward:
 // a key/value head sums its H / K copies in head order, no atomics); each side
 // f32 or 16-bit storage (bf16/fp16 runs), computed in f32.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <algorithm>
 
 #include "cuda_check.h"
+#include "device_util.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "rope.h"
-#include "zerorun/cuda_rt.h"
 
 namespace zerorun::kernels::rope {
 namespace {
@@ -27,16 +24,12 @@ __global__ void k_table(float2* cs, int64_t T, int64_t D, float theta) {
   }
 }
 
-__device__ inline float ld(In a, bool bf, int64_t i) {
-  if (a.f) return a.f[i];
-  return bf ? __bfloat162float(__ushort_as_bfloat16(a.h[i])) : __half2float(__ushort_as_half(a.h[i]));
-}
+__device__ inline float ld(In a, bool bf, int64_t i) { return a.f ? a.f[i] : from16(bf, a.h[i]); }
 __device__ inline void st(Out a, bool bf, int64_t i, float v, bool acc) {
-  if (a.f) {
+  if (a.f)
     a.f[i] = (acc ? a.f[i] : 0.f) + v;
-    return;
-  }
-  a.h[i] = bf ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+  else
+    a.h[i] = to16_bits(bf, v);
 }
 
 __global__ void k_forward(In qkv, Out out, bool bf, const float2* cs, int64_t rows, int64_t T, int64_t H, int64_t K,
@@ -85,27 +78,19 @@ __global__ void k_backward(In dout, Out dqkv, bool acc, bool bf, const float2* c
   }
 }
 
-// The cos/sin table in scratch from the caching allocator, freed when the call's work is queued (stream-ordered).
-struct Table {
-  float2* p = nullptr;
-  size_t bytes = 0;
-  int dev = 0;
-  Table(int64_t T, int64_t D, float theta, cudaStream_t s) : bytes(static_cast<size_t>(T * (D / 2)) * sizeof(float2)) {
-    ZR_CUDA(cudaGetDevice(&dev));
-    p = static_cast<float2*>(cuda::device_alloc(bytes, dev));
-    k_table<<<blocks(T * (D / 2)), kTpb, 0, s>>>(p, T, D, theta);
-    ZR_CUDA(cudaGetLastError());
-  }
-  ~Table() { cuda::device_free(p, bytes, dev); }
-  Table(const Table&) = delete;
-  Table& operator=(const Table&) = delete;
-};
+// The [T, D/2] cos/sin table in scratch, freed when the call's work is queued (stream-ordered).
+DevBuf<float2> table(int64_t T, int64_t D, float theta, cudaStream_t s) {
+  DevBuf<float2> t(static_cast<size_t>(T * (D / 2)), false);
+  k_table<<<blocks(T * (D / 2)), kTpb, 0, s>>>(t.p, T, D, theta);
+  ZR_CUDA(cudaGetLastError());
+  return t;
+}
 }  // namespace
 
 void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
              cudaStream_t stream) {
   if (B * T == 0) return;
-  Table t(T, D, theta, stream);
+  const DevBuf<float2> t = table(T, D, theta, stream);
   k_forward<<<blocks(B * T * 3 * H * (D / 2)), kTpb, 0, stream>>>(qkv, out, bf, t.p, B * T, T, H, K, D);
   ZR_CUDA(cudaGetLastError());
 }
@@ -113,7 +98,7 @@ void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t 
 void backward(In dout, Out dqkv, bool acc, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
               cudaStream_t stream) {
   if (B * T == 0) return;
-  Table t(T, D, theta, stream);
+  const DevBuf<float2> t = table(T, D, theta, stream);
   k_backward<<<blocks(B * T * (H + 2 * K) * (D / 2)), kTpb, 0, stream>>>(dout, dqkv, acc && dqkv.f, bf, t.p, B * T, T,
                                                                          H, K, D);
   ZR_CUDA(cudaGetLastError());
