@@ -319,7 +319,7 @@ def transformers_checks(zr, work, arch, merged, merged_loss, cfg, shard, make_ba
     return ok
 
 
-def merge_checks(zr, work, arch, model, cfg, shard, make_batch):
+def merge_checks(zr, work, arch, model, cfg, shard, make_batch, V, T):
     """A 3-step ZeRO-3 checkpoint of `model`, merged: the graph interpreter on the zerorun layout and the
     transformers class's forward (written from its definition) on the default layout give zerorun's loss of the
     merged model.bin; then transformers_checks. Returns (ok, merged dir, zerorun's loss)."""
@@ -348,7 +348,7 @@ def merge_checks(zr, work, arch, model, cfg, shard, make_batch):
     print(f"merged {arch} checkpoint: torch forward loss {ref:.8f} (zerorun layout), {hf_ref:.8f} ("
           f"{'GPT2LMHeadModel' if arch == 'gpt2' else 'LlamaForCausalLM'} layout, format={hf_meta.get('format')}), "
           f"zerorun {ours:.8f}, rel {rel:.2e} / {hf_rel:.2e} -> {'PASS' if ok else 'FAIL'}")
-    ok &= transformers_checks(zr, work, arch, merged, ours, cfg, shard, make_batch, 128, 32)
+    ok &= transformers_checks(zr, work, arch, merged, ours, cfg, shard, make_batch, V, T)
     return ok
 
 
@@ -417,7 +417,7 @@ def main():
 
         ours = run_zerorun(zr, gpt, cfg, 20, work, ["--data", shard])
         ok &= compare("gpt2", ours, torch_losses(gpt, cfg, 20, gpt_batch))
-        ok &= merge_checks(zr, work, "gpt2", gpt, cfg, shard, gpt_batch)
+        ok &= merge_checks(zr, work, "gpt2", gpt, cfg, shard, gpt_batch, V, T)
         # --- tiny Llama (L=2, C=64, 4 query heads on 2 key/value heads, rotary, SwiGLU) on the same shard ---
         llama = os.path.join(work, "llama.bin")
         subprocess.run([zr, "init", "--arch", "llama", "--vocab", str(V), "--n_ctx", str(T), "--n_embd", "64",
@@ -425,7 +425,7 @@ def main():
                         "--seed", "6", "-o", llama], check=True, capture_output=True)
         ours = run_zerorun(zr, llama, cfg, 20, work, ["--data", shard])
         ok &= compare("llama (grouped-query, rotary)", ours, torch_losses(llama, cfg, 20, gpt_batch))
-        ok &= merge_checks(zr, work, "llama", llama, cfg, shard, gpt_batch)
+        ok &= merge_checks(zr, work, "llama", llama, cfg, shard, gpt_batch, V, T)
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
 

@@ -288,8 +288,9 @@ int main(int argc, char** argv) {
       llama.tied = tied;
       ZR_CHECK(!(tied && arch != "llama"), "--tied is for --arch llama (gpt2 is tied unless --untied)");
       ZR_CHECK(!(untied && arch != "gpt2"), "--untied is for --arch gpt2 (llama is untied unless --tied)");
-      ZR_CHECK(arch == "llama" || (llama.n_kv_head == 0 && llama.rope_theta == 10000.0),
-               "--n_kv_head and --rope_theta are for --arch llama");
+      ZR_CHECK(
+          arch == "llama" || (llama.n_kv_head == LlamaSpec{}.n_kv_head && llama.rope_theta == LlamaSpec{}.rope_theta),
+          "--n_kv_head and --rope_theta are for --arch llama");
       return cmd_init(arch, out, seed, mlp, gpt, llama);
     }
     if (*import_cmd) {
