@@ -109,10 +109,21 @@ class Backend {
                                float*, int64_t, int64_t) {
     ZR_FAIL("16-bit activations are CUDA-only");
   }
+  // rmsnorm with its output stored in 16 bits (read only by 16-bit products) / with a 16-bit dy.
+  virtual void rmsnorm_fwd16(const float*, const float*, uint16_t*, float*, int64_t, int64_t, float) {
+    ZR_FAIL("16-bit activations are CUDA-only");
+  }
+  virtual void rmsnorm_bwd16(const float*, const float*, const float*, const uint16_t*, Grad, float*, int64_t,
+                             int64_t) {
+    ZR_FAIL("16-bit activations are CUDA-only");
+  }
   virtual void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) = 0;
   virtual void add_bwd(const float* dy, Grad da, Grad db, int64_t n, int64_t nb) = 0;
   virtual void mul_fwd(const float* a, const float* b, float* y, int64_t n) = 0;
   virtual void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) = 0;
+  // y = silu(g) * u (Llama's gated MLP) and its backward; each side f32, or 16-bit where activations16().
+  virtual void swiglu_fwd(Src g, Src u, Dst y, int64_t n) = 0;
+  virtual void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) = 0;
   virtual void act_fwd(Act act, const float* x, float* y, int64_t n) = 0;
   virtual void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) = 0;
   virtual void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,

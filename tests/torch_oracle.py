@@ -92,6 +92,8 @@ def forward(graph, params, inputs):
             y = F.relu(x[0])
         elif op == "silu":
             y = F.silu(x[0])
+        elif op == "swiglu":  # transformers' LlamaMLP: act_fn(gate_proj(x)) * up_proj(x)
+            y = F.silu(x[0]) * x[1]
         elif op == "layernorm":
             C = x[0].shape[-1]
             y = F.layer_norm(x[0], (C,), p["weight"], p.get("bias"), a.get("eps", 1e-5))

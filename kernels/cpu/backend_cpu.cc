@@ -58,6 +58,14 @@ class CpuBackend : public Backend {
   void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) override {
     cpu::mul_bwd(a, b, dy, acc_ptr(da, n), acc_ptr(db, n), n);
   }
+  void swiglu_fwd(Src g, Src u, Dst y, int64_t n) override {
+    ZR_CHECK(g.p && u.p && y.p, "swiglu: 16-bit activations are CUDA-only");
+    cpu::swiglu_fwd(g.p, u.p, y.p, n);
+  }
+  void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) override {
+    ZR_CHECK(g.p && u.p && dy.p, "swiglu: 16-bit activations are CUDA-only");
+    cpu::swiglu_bwd(g.p, u.p, dy.p, acc_ptr(dg, n), acc_ptr(du, n), n);
+  }
   void act_fwd(Act act, const float* x, float* y, int64_t n) override { cpu::act_fwd(act, x, y, n); }
   void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) override {
     cpu::act_bwd(act, x, dy, acc_ptr(dx, n), n);

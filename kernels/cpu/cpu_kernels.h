@@ -25,6 +25,8 @@ void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb);
 void add_bwd(const float* dy, float* da, float* db, int64_t n, int64_t nb);
 void mul_fwd(const float* a, const float* b, float* y, int64_t n);
 void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* db, int64_t n);
+void swiglu_fwd(const float* g, const float* u, float* y, int64_t n);
+void swiglu_bwd(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n);
 
 enum class Act { Gelu, Relu, Silu };
 void act_fwd(Act act, const float* x, float* y, int64_t n);

@@ -1,4 +1,4 @@
-// Elementwise CPU kernels: residual add (with suffix broadcast), mul, activations.
+// Elementwise CPU kernels: residual add (with suffix broadcast), mul, activations, SwiGLU.
 #include <cmath>
 
 #include "cpu_kernels.h"
@@ -91,6 +91,22 @@ void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n) {
         dx[i] += dy[i] * s * (1.f + x[i] * (1.f - s));
       }
       break;
+  }
+}
+
+// SwiGLU: y = silu(g) * u = g sigmoid(g) u. Backward: dg += dy u sigmoid(g) (1 + g (1 - sigmoid(g))),
+// du += dy silu(g).
+void swiglu_fwd(const float* g, const float* u, float* y, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+}
+
+void swiglu_bwd(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.f / (1.f + std::exp(-g[i]));
+    if (dg) dg[i] += dy[i] * u[i] * s * (1.f + g[i] * (1.f - s));
+    if (du) du[i] += dy[i] * g[i] * s;
   }
 }
 

@@ -258,7 +258,69 @@ void act_bwd_src(Src x, Src dy, Grad dx, int64_t n, bool bf) {
 struct Ident {
   __device__ float operator()(float v, float) const { return v; }
 };
-// Y: float, or uint16_t for 16-bit storage (bf: bfloat16 bits, else fp16).
+// SwiGLU over f32 or 16-bit storage on each side (chosen per pointer: the branches are uniform), four elements a
+// thread when v4 (every pointer aligned for its 4-element access).
+__device__ inline float ld1s(Src s, int64_t i, bool bf) { return s.h ? from16(bf, s.h[i]) : s.p[i]; }
+__device__ inline float4 ld4s(Src s, int64_t i, bool bf) { return s.h ? ldv4(s.h, i, bf) : ldv4(s.p, i, bf); }
+__device__ inline void st1g(Grad d, int64_t i, float v, bool bf) {
+  if (d.h)
+    st1(d.h, i, v, false, bf);
+  else if (d.p)
+    st1(d.p, i, v, d.acc, bf);
+}
+__device__ inline void st4g(Grad d, int64_t i, float4 v, bool bf) {
+  if (d.h)
+    stv4(d.h, i, v, false, bf);
+  else if (d.p)
+    stv4(d.p, i, v, d.acc, bf);
+}
+__device__ inline float swiglu1(float g, float u) { return g / (1.f + expf(-g)) * u; }
+__device__ inline void swiglu_grad1(float g, float u, float dy, float& dg, float& du) {
+  const float s = 1.f / (1.f + expf(-g));
+  dg = dy * u * s * (1.f + g * (1.f - s));
+  du = dy * g * s;
+}
+__global__ void k_swiglu_fwd(Src g, Src u, Grad y, int64_t n, bool bf, bool v4) {
+  int64_t start = 0;
+  if (v4) {
+    GRID_STRIDE(i, n / 4) {
+      const float4 a = ld4s(g, i, bf), b = ld4s(u, i, bf);
+      st4g(y, i, make_float4(swiglu1(a.x, b.x), swiglu1(a.y, b.y), swiglu1(a.z, b.z), swiglu1(a.w, b.w)), bf);
+    }
+    start = n / 4 * 4;
+  }
+  for (int64_t i = start + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    st1g(y, i, swiglu1(ld1s(g, i, bf), ld1s(u, i, bf)), bf);
+}
+__global__ void k_swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n, bool bf, bool v4) {
+  int64_t start = 0;
+  if (v4) {
+    GRID_STRIDE(i, n / 4) {
+      const float4 a = ld4s(g, i, bf), b = ld4s(u, i, bf), d = ld4s(dy, i, bf);
+      float4 o, p;
+      swiglu_grad1(a.x, b.x, d.x, o.x, p.x);
+      swiglu_grad1(a.y, b.y, d.y, o.y, p.y);
+      swiglu_grad1(a.z, b.z, d.z, o.z, p.z);
+      swiglu_grad1(a.w, b.w, d.w, o.w, p.w);
+      st4g(dg, i, o, bf);
+      st4g(du, i, p, bf);
+    }
+    start = n / 4 * 4;
+  }
+  for (int64_t i = start + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+       i += (int64_t)gridDim.x * blockDim.x) {
+    float o, p;
+    swiglu_grad1(ld1s(g, i, bf), ld1s(u, i, bf), ld1s(dy, i, bf), o, p);
+    st1g(dg, i, o, bf);
+    st1g(du, i, p, bf);
+  }
+}
+// Whether a Src / Dst / Grad pointer allows the 4-element accesses (8 bytes for 16-bit storage, 16 for f32).
+inline bool al4(const void* p, const void* h) {
+  return h ? reinterpret_cast<uintptr_t>(h) % 8 == 0 : reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+// Y: float, or uint16_t for 16-bit storage (bf: bfloat16 bits, else fp16). The layernorm kernels below are
+// rmsnorm's too where mean is null: no centring (the mean taken as 0) and no bias.
 template <class Y>
 __global__ void k_ln_fwd(const float* x, const float* w, const float* b, Y* y, float* mean, float* rstd, int64_t N,
                          int64_t C, float eps, bool bf) {
@@ -267,8 +329,9 @@ __global__ void k_ln_fwd(const float* x, const float* w, const float* b, Y* y, f
   if (row >= N) return;
   const float* xr = x + row * C;
   float s = 0.f;
-  for (int64_t c = lane; c < C; c += 32) s += xr[c];
-  float m = warp_sum(s) / C;
+  if (mean)
+    for (int64_t c = lane; c < C; c += 32) s += xr[c];
+  const float m = mean ? warp_sum(s) / C : 0.f;
   float v = 0.f;
   for (int64_t c = lane; c < C; c += 32) v += (xr[c] - m) * (xr[c] - m);
   float rs = rsqrtf(warp_sum(v) / C + eps);
@@ -279,7 +342,10 @@ __global__ void k_ln_fwd(const float* x, const float* w, const float* b, Y* y, f
     else
       y[row * C + c] = v;
   }
-  if (lane == 0) mean[row] = m, rstd[row] = rs;
+  if (lane == 0) {
+    if (mean) mean[row] = m;
+    rstd[row] = rs;
+  }
 }
 // The same with the row in registers (C % 4 == 0, 16-byte aligned rows, C <= 128 * K4): a warp per row, lane l
 // holding columns 4 (l + 32 k) .. +3 from one 16-byte load each, so x is read once and every load of the row is
@@ -300,7 +366,7 @@ __global__ void k_ln_fwd_reg(const float* x, const float* w, const float* b, Y* 
     v[k] = j < c4 ? xr[j] : make_float4(0.f, 0.f, 0.f, 0.f);
     s += (v[k].x + v[k].y) + (v[k].z + v[k].w);
   }
-  const float m = warp_sum(s) / C;
+  const float m = mean ? warp_sum(s) / C : 0.f;
   float q = 0.f;
 #pragma unroll
   for (int k = 0; k < K4; ++k)
@@ -323,7 +389,10 @@ __global__ void k_ln_fwd_reg(const float* x, const float* w, const float* b, Y* 
       reinterpret_cast<float4*>(y + row * C)[j] = make_float4(o0, o1, o2, o3);
     }
   }
-  if (lane == 0) mean[row] = m, rstd[row] = rs;
+  if (lane == 0) {
+    if (mean) mean[row] = m;
+    rstd[row] = rs;
+  }
 }
 // D: float, or uint16_t for a 16-bit dy.
 template <class D>
@@ -334,13 +403,13 @@ __global__ void k_ln_bwd_dx(const float* x, const float* w, const float* mean, c
   if (row >= N) return;
   const float* xr = x + row * C;
   const D* dr = dy + row * C;
-  float mu = mean[row], rs = rstd[row], s1 = 0.f, s2 = 0.f;
+  float mu = mean ? mean[row] : 0.f, rs = rstd[row], s1 = 0.f, s2 = 0.f;
   for (int64_t c = lane; c < C; c += 32) {
     float g = ld1(dr, c, bf) * w[c];
     s1 += g;
     s2 += g * (xr[c] - mu) * rs;
   }
-  s1 = warp_sum(s1) / C;
+  s1 = mean ? warp_sum(s1) / C : 0.f;
   s2 = warp_sum(s2) / C;
   for (int64_t c = lane; c < C; c += 32)
     dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (ld1(dr, c, bf) * w[c] - s1 - (xr[c] - mu) * rs * s2) * rs;
@@ -360,7 +429,7 @@ __global__ void __launch_bounds__(256)
   for (int64_t row = r0 + warp; row < r1; row += 8) {
     const float* xr = x + row * C;
     const D* dr = dy + row * C;
-    const float mu = mean[row], rs = rstd[row];
+    const float mu = mean ? mean[row] : 0.f, rs = rstd[row];
     float xh[K], d[K], s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -371,7 +440,7 @@ __global__ void __launch_bounds__(256)
       s1 += g;
       s2 += g * xh[k];
     }
-    s1 = warp_sum(s1) / C;
+    s1 = mean ? warp_sum(s1) / C : 0.f;
     s2 = warp_sum(s2) / C;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
@@ -432,7 +501,7 @@ __global__ void __launch_bounds__(256, K4 <= 8 ? 2 : 1)
       dv[k] = ldv4(dr, j, bf);
       ov[k] = dxr && acc ? dxr[j] : zero;
     }
-    const float mu = mean[row], rs = rstd[row];
+    const float mu = mean ? mean[row] : 0.f, rs = rstd[row];
     float s1 = 0.f, s2 = 0.f;
 #pragma unroll
     for (int k = 0; k < K4; ++k) {
@@ -450,7 +519,7 @@ __global__ void __launch_bounds__(256, K4 <= 8 ? 2 : 1)
       b.x += d.x, b.y += d.y, b.z += d.z, b.w += d.w;
       sg[j] = a, sb[j] = b;
     }
-    s1 = warp_sum(s1) / C;
+    s1 = mean ? warp_sum(s1) / C : 0.f;
     s2 = warp_sum(s2) / C;
     if (!dxr) continue;
 #pragma unroll
@@ -653,29 +722,6 @@ __global__ void k_to16_colsum4(bool bf, const float* dy, uint16_t* d, int64_t N,
     part[blockIdx.y * C + c] = v;
   }
   finish_columns(part, done, out, acc, C, c, t < 128 && c < C);
-}
-__global__ void k_rms_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) {
-  int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x & 31;
-  if (row >= N) return;
-  const float* xr = x + row * C;
-  float s = 0.f;
-  for (int64_t c = lane; c < C; c += 32) s += xr[c] * xr[c];
-  float rs = rsqrtf(warp_sum(s) / C + eps);
-  for (int64_t c = lane; c < C; c += 32) y[row * C + c] = xr[c] * rs * w[c];
-  if (lane == 0) rstd[row] = rs;
-}
-__global__ void k_rms_bwd_dx(const float* x, const float* w, const float* rstd, const float* dy, float* dx, bool acc,
-                             int64_t N, int64_t C) {
-  int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x & 31;
-  if (row >= N) return;
-  const float *xr = x + row * C, *dr = dy + row * C;
-  float rs = rstd[row], s = 0.f;
-  for (int64_t c = lane; c < C; c += 32) s += dr[c] * w[c] * xr[c] * rs;
-  s = warp_sum(s) / C;
-  for (int64_t c = lane; c < C; c += 32)
-    dx[row * C + c] = (acc ? dx[row * C + c] : 0.f) + (dr[c] * w[c] - xr[c] * rs * s) * rs;
 }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int64_t round_up(int64_t a, int64_t m) { return ceil_div(a, m) * m; }
@@ -1300,6 +1346,22 @@ class CudaBackend : public Backend {
       }
     }
   }
+  void swiglu_fwd(Src g, Src u, Dst y, int64_t n) override {
+    if (n <= 0) return;
+    Grad out;  // written, never added to
+    out.p = y.p, out.h = y.h, out.acc = false;
+    const bool v4 = al4(g.p, g.h) && al4(u.p, u.h) && al4(y.p, y.h);
+    k_swiglu_fwd<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb, 0, cuda::stream()>>>(g, u, out, n, mm_ == DType::BF16, v4);
+    ZR_CUDA(cudaGetLastError());
+  }
+  void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) override {
+    if (n <= 0 || (!dg && !du)) return;
+    const bool v4 =
+        al4(g.p, g.h) && al4(u.p, u.h) && al4(dy.p, dy.h) && (!dg || al4(dg.p, dg.h)) && (!du || al4(du.p, du.h));
+    k_swiglu_bwd<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb, 0, cuda::stream()>>>(g, u, dy, dg, du, n, mm_ == DType::BF16,
+                                                                              v4);
+    ZR_CUDA(cudaGetLastError());
+  }
   void mul_fwd(const float* a, const float* b, float* y, int64_t n) override { LAUNCH(k_mul, n, a, b, y, n); }
   void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) override {
     LAUNCH(k_mul_bwd, n, a, b, dy, da, db, n);
@@ -1351,16 +1413,30 @@ class CudaBackend : public Backend {
     if (dw || db) column_sums(LnWB<uint16_t>{x, mean, rstd, dy, bf}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
   }
+  // rmsnorm: the layernorm kernels without mean (no centring) and bias.
   void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) override {
-    if (!N) return;
-    k_rms_fwd<<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, y, rstd, N, C, eps);
-    ZR_CUDA(cudaGetLastError());
+    if (N) ln_fwd<float>(x, w, nullptr, y, nullptr, rstd, N, C, eps, false);
+  }
+  void rmsnorm_fwd16(const float* x, const float* w, uint16_t* y, float* rstd, int64_t N, int64_t C,
+                     float eps) override {
+    if (N) ln_fwd<uint16_t>(x, w, nullptr, y, nullptr, rstd, N, C, eps, mm_ == DType::BF16);
   }
   void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, Grad dx, float* dw, int64_t N,
                    int64_t C) override {
+    rms_bwd(x, w, rstd, dy, dx, dw, N, C, false);
+  }
+  void rmsnorm_bwd16(const float* x, const float* w, const float* rstd, const uint16_t* dy, Grad dx, float* dw,
+                     int64_t N, int64_t C) override {
+    rms_bwd(x, w, rstd, dy, dx, dw, N, C, mm_ == DType::BF16);
+  }
+  template <class D>
+  void rms_bwd(const float* x, const float* w, const float* rstd, const D* dy, Grad dx, float* dw, int64_t N, int64_t C,
+               bool bf) {
     if (!N) return;
-    if (dx) k_rms_bwd_dx<<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, rstd, dy, dx.p, dx.acc, N, C);
-    if (dw) column_sums(LnWB<float>{x, nullptr, rstd, dy, false}, N, C, dw, nullptr);
+    ZR_CHECK(!dx.h, "an rmsnorm's input gradient is f32");
+    if (ln_bwd_fused(x, w, nullptr, rstd, dy, dx, dw, nullptr, N, C, bf)) return;
+    if (dx) k_ln_bwd_dx<D><<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, nullptr, rstd, dy, dx.p, dx.acc, N, C, bf);
+    if (dw) column_sums(LnWB<D>{x, nullptr, rstd, dy, bf}, N, C, dw, nullptr);
     ZR_CUDA(cudaGetLastError());
   }
   void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
@@ -1683,7 +1759,7 @@ class CudaBackend : public Backend {
                     float* dw, float* db, int64_t N, int64_t C, bool bf) {
     const bool v4 =
         C % 4 == 0 && C <= 2048 && aligned16(x) && aligned16(w) && aligned16(dy) && (!dx.p || aligned16(dx.p));
-    if (!dw || !db || (C > 1024 && !v4)) return false;
+    if (!dw || (!db && mean) || (C > 1024 && !v4)) return false;  // (rmsnorm: no mean, no db)
     int64_t chunks = 0;
     DevBuf<float> part;
     // smem: the launch's dynamic shared memory; most: the largest any launch of `kernel` takes (allowed, and the

@@ -190,8 +190,7 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
     h = rms(x, p + ".post_attention_layernorm");
     std::string g = b.linear(h, p + ".mlp.gate_proj", C, s.ffn, std, false);
     std::string u = b.linear(h, p + ".mlp.up_proj", C, s.ffn, std, false);
-    g = b.node("silu", {g}, p + ".mlp.act");
-    h = b.node("mul", {g, u}, p + ".mlp.gated");
+    h = b.node("swiglu", {g, u}, p + ".mlp.gated");
     h = b.linear(h, p + ".mlp.down_proj", s.ffn, C, proj_std, false);
     x = b.node("add", {x, h}, p + ".res2");
   }

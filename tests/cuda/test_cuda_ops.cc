@@ -248,6 +248,18 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
     // Other head sizes widen 16-bit inputs for the fp32 kernels and write f32.
     compare_op16("attention", {{"n_head", 4}}, {rnd({2, 50, 3 * 128}, r)}, {}, {{true}, true, true, true, false}, dt);
     compare_op16("attention", {{"n_head", 1}}, {rnd({1, 33, 3 * 160}, r)}, {}, {{true}, true, true, true, false}, dt);
+    // SwiGLU: 16 bits on every side, on the inputs alone, on the output alone, on the gradients alone; an odd
+    // count (the scalar kernel).
+    for (const Storage16& st :
+         {Storage16{{true, true}, true, true, true, true}, Storage16{{true, false}, false, false, false, false},
+          Storage16{{false, false}, true, false, false, true}, Storage16{{false, false}, false, true, true, false}})
+      compare_op16("swiglu", {}, {rnd({9, 256}, r, 3.0), rnd({9, 256}, r, 2.0)}, {}, st, dt);
+    compare_op16("swiglu", {}, {rnd({5, 101}, r, 3.0), rnd({5, 101}, r)}, {}, {{true, true}, true, true, true, true},
+                 dt);
+    // rmsnorm (the layernorm kernels without centring): a 16-bit output for the products, a 16-bit dy.
+    for (int64_t C : {200, 768, 1002, 2048, 2050})
+      compare_op16("rmsnorm", {{"eps", 1e-6}}, {rnd({6, 37, C}, r)}, {{"weight", rnd({C}, r)}},
+                   {{false}, true, true, true, true}, dt);
     compare_op16("add", {}, {rnd({4, 50, 64}, r), rnd({4, 50, 64}, r)}, {}, {{false, false}, false, false, true, false},
                  dt);
     compare_op16("cross_entropy", {}, {rnd({4, 30, 1000}, r, 4.0), ids({4, 30}, 1000, r)}, {},
@@ -350,7 +362,10 @@ TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   // The 16-byte kernels' register widths (C % 4 == 0, up to 2048), the 4-byte ones (1002) and past both.
   for (int64_t C : {500, 768, 1000, 1002, 1100, 1600, 2048, 2052, 2050})
     compare_op("layernorm", {{"eps", 1e-5}}, {rnd({3, 45, C}, r)}, {{"weight", rnd({C}, r)}, {"bias", rnd({C}, r)}});
-  compare_op("rmsnorm", {{"eps", 1e-6}}, {rnd({6, 37, 200}, r)}, {{"weight", rnd({200}, r)}});
+  for (int64_t C : {200, 768, 1002, 2048, 2052, 2050})
+    compare_op("rmsnorm", {{"eps", 1e-6}}, {rnd({3, 45, C}, r)}, {{"weight", rnd({C}, r)}});
+  compare_op("swiglu", {}, {rnd({7, 130}, r, 3.0), rnd({7, 130}, r)}, {});
+  compare_op("swiglu", {}, {rnd({3, 37}, r, 3.0), rnd({3, 37}, r)}, {});
   compare_op("attention", {{"n_head", 4}}, {rnd({3, 70, 3 * 64}, r)}, {}, 5e-5);   // head size 16
   compare_op("attention", {{"n_head", 2}}, {rnd({2, 97, 3 * 128}, r)}, {}, 5e-5);  // 64
   compare_op("attention", {{"n_head", 1}}, {rnd({1, 45, 3 * 100}, r)}, {}, 5e-5);  // 100 (the 128 kernel)

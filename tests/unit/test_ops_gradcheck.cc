@@ -213,6 +213,17 @@ TEST_CASE("mul gradcheck", "[ops]") {
   check_op(make_node("mul"), {rnd({3, 5}, r), rnd({3, 5}, r)}, {}, ref);
 }
 
+TEST_CASE("swiglu gradcheck (silu(gate) * up, and the same value as gate and up)", "[ops]") {
+  Rng r(14);
+  auto ref = [](const std::vector<Vec>& in, const std::map<std::string, Vec>&) {
+    Vec y(in[0].size());
+    for (size_t i = 0; i < y.size(); ++i) y[i] = in[0][i] / (1 + std::exp(-in[0][i])) * in[1][i];
+    return y;
+  };
+  check_op(make_node("swiglu"), {rnd({3, 5}, r, 3.0), rnd({3, 5}, r, 2.0)}, {}, ref);
+  check_op(make_node("swiglu"), {rnd({2, 9}, r, 4.0), rnd({2, 9}, r)}, {}, ref);
+}
+
 TEST_CASE("activations gradcheck", "[ops]") {
   Rng r(5);
   std::map<std::string, std::function<double(double)>> f = {

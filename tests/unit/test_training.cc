@@ -323,9 +323,13 @@ TEST_CASE(
   CHECK(el.stores16("layers.0.self_attn.qkv_proj"));  // read only by rope
   CHECK(el.stores16("layers.0.self_attn.rope"));      // read only by attention
   CHECK(el.stores16("layers.0.self_attn.out"));
-  CHECK_FALSE(el.stores16("layers.0.mlp.act"));  // silu's output feeds the gate product (mul): f32
-  CHECK_FALSE(el.stores16("layers.0.mlp.up_proj"));
-  // GELU fusions: every block's c_fc -> gelu -> c_proj (two blocks); Llama's SiLU feeds a product, not a linear.
+  // The norms feed only products, gate and up only the SwiGLU, whose output only the down product.
+  for (const char* v : {"layers.0.input_layernorm", "layers.0.post_attention_layernorm", "norm",
+                        "layers.0.mlp.gate_proj", "layers.0.mlp.up_proj", "layers.0.mlp.gated", "lm_head"})
+    CHECK(el.stores16(v));
+  for (const char* v : {"layers.0.self_attn.o_proj", "layers.0.mlp.down_proj", "layers.0.res1", "layers.0.res2"})
+    CHECK_FALSE(el.stores16(v));
+  // GELU fusions: every block's c_fc -> gelu -> c_proj (two blocks); Llama has no GELU.
   CHECK(ex.gelu_forward_fusions() == 2);
   CHECK(ex.gelu_backward_fusions() == 2);
   CHECK(el.gelu_forward_fusions() == 0);

@@ -60,12 +60,21 @@ class LayerNorm : public NormBase {
 
 class RmsNorm : public NormBase {
  public:
+  bool emits16(size_t) const override { return true; }
+  bool takes_dout16(size_t) const override { return true; }
   std::vector<std::string> required_params() const override { return {"weight"}; }
   void forward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];
     int64_t C = x.dim(-1), N = x.numel() / C;
-    Tensor y = new_out(x.shape(), device_of(c)), rstd = new_out({N}, device_of(c));
-    be(c).rmsnorm_fwd(x.f32(), c.param("weight").f32(), y.f32(), rstd.f32(), N, C, attr_float(*c.node, "eps", 1e-6f));
+    Tensor rstd = new_out({N}, device_of(c)), y;
+    const float eps = attr_float(*c.node, "eps", 1e-6f);
+    if (want16(c, 0)) {  // consumed only by 16-bit products: stored rounded
+      y = new_out16(c, x.shape());
+      be(c).rmsnorm_fwd16(x.f32(), c.param("weight").f32(), static_cast<uint16_t*>(y.raw()), rstd.f32(), N, C, eps);
+    } else {
+      y = new_out(x.shape(), device_of(c));
+      be(c).rmsnorm_fwd(x.f32(), c.param("weight").f32(), y.f32(), rstd.f32(), N, C, eps);
+    }
     *c.saved = {rstd};
     c.out = {y};
   }
@@ -73,8 +82,12 @@ class RmsNorm : public NormBase {
     const Tensor& x = c.in[0];
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor dw = c.dparam("weight");
-    be(c).rmsnorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0),
-                      dw.defined() ? dw.f32() : nullptr, N, C);
+    float* pdw = dw.defined() ? dw.f32() : nullptr;
+    const Tensor& dy = c.dout[0];
+    if (is16(dy))  // the gradient of a 16-bit product's input
+      be(c).rmsnorm_bwd16(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), bits16(dy), grad_of(c, 0), pdw, N, C);
+    else
+      be(c).rmsnorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), dy.f32(), grad_of(c, 0), pdw, N, C);
   }
 };
 }  // namespace

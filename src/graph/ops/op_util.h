@@ -99,6 +99,7 @@ std::unique_ptr<Op> make_mul();
 std::unique_ptr<Op> make_gelu();
 std::unique_ptr<Op> make_relu();
 std::unique_ptr<Op> make_silu();
+std::unique_ptr<Op> make_swiglu();
 std::unique_ptr<Op> make_layernorm();
 std::unique_ptr<Op> make_rmsnorm();
 std::unique_ptr<Op> make_attention();

@@ -16,6 +16,7 @@ const std::map<std::string, std::unique_ptr<Op>>& table() {
     (*m)["gelu"] = ops::make_gelu();
     (*m)["relu"] = ops::make_relu();
     (*m)["silu"] = ops::make_silu();
+    (*m)["swiglu"] = ops::make_swiglu();
     (*m)["layernorm"] = ops::make_layernorm();
     (*m)["rmsnorm"] = ops::make_rmsnorm();
     (*m)["attention"] = ops::make_attention();
