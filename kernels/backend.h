@@ -119,8 +119,9 @@ class Backend {
   }
   virtual void add_fwd(const float* a, const float* b, float* y, int64_t n, int64_t nb) = 0;
   virtual void add_bwd(const float* dy, Grad da, Grad db, int64_t n, int64_t nb) = 0;
-  virtual void mul_fwd(const float* a, const float* b, float* y, int64_t n) = 0;
-  virtual void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) = 0;
+  // y = a * b elementwise and its backward; each side f32, or 16-bit where activations16().
+  virtual void mul_fwd(Src a, Src b, Dst y, int64_t n) = 0;
+  virtual void mul_bwd(Src a, Src b, Src dy, Grad da, Grad db, int64_t n) = 0;
   // y = silu(g) * u (Llama's gated MLP) and its backward; each side f32, or 16-bit where activations16().
   virtual void swiglu_fwd(Src g, Src u, Dst y, int64_t n) = 0;
   virtual void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) = 0;

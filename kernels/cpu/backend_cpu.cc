@@ -54,9 +54,13 @@ class CpuBackend : public Backend {
   void add_bwd(const float* dy, Grad da, Grad db, int64_t n, int64_t nb) override {
     cpu::add_bwd(dy, acc_ptr(da, n), acc_ptr(db, nb), n, nb);
   }
-  void mul_fwd(const float* a, const float* b, float* y, int64_t n) override { cpu::mul_fwd(a, b, y, n); }
-  void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) override {
-    cpu::mul_bwd(a, b, dy, acc_ptr(da, n), acc_ptr(db, n), n);
+  void mul_fwd(Src a, Src b, Dst y, int64_t n) override {
+    ZR_CHECK(a.p && b.p && y.p, "mul: 16-bit activations are CUDA-only");
+    cpu::mul_fwd(a.p, b.p, y.p, n);
+  }
+  void mul_bwd(Src a, Src b, Src dy, Grad da, Grad db, int64_t n) override {
+    ZR_CHECK(a.p && b.p && dy.p, "mul: 16-bit activations are CUDA-only");
+    cpu::mul_bwd(a.p, b.p, dy.p, acc_ptr(da, n), acc_ptr(db, n), n);
   }
   void swiglu_fwd(Src g, Src u, Dst y, int64_t n) override {
     ZR_CHECK(g.p && u.p && y.p, "swiglu: 16-bit activations are CUDA-only");

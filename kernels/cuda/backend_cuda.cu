@@ -123,13 +123,6 @@ __global__ void k_bias_add(float* y, const float* b, int64_t n, int64_t out) { G
 __global__ void k_add(const float* a, const float* b, float* y, int64_t n, int64_t nb) {
   GRID_STRIDE(i, n) y[i] = a[i] + b[i % nb];
 }
-__global__ void k_mul(const float* a, const float* b, float* y, int64_t n) { GRID_STRIDE(i, n) y[i] = a[i] * b[i]; }
-__global__ void k_mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) {
-  GRID_STRIDE(i, n) {
-    if (da.p) da.p[i] = (da.acc ? da.p[i] : 0.f) + dy[i] * b[i];
-    if (db.p) db.p[i] = (db.acc ? db.p[i] : 0.f) + dy[i] * a[i];
-  }
-}
 constexpr float kGeluC = 0.7978845608028654f;
 template <int A>  // 0 gelu (tanh), 1 relu, 2 silu
 struct ActF {
@@ -258,8 +251,8 @@ void act_bwd_src(Src x, Src dy, Grad dx, int64_t n, bool bf) {
 struct Ident {
   __device__ float operator()(float v, float) const { return v; }
 };
-// SwiGLU over f32 or 16-bit storage on each side (chosen per pointer: the branches are uniform), four elements a
-// thread when v4 (every pointer aligned for its 4-element access).
+// Two-input elementwise maps (mul, SwiGLU) over f32 or 16-bit storage on each side (chosen per pointer: the
+// branches are uniform), four elements a thread when v4 (every pointer aligned for its 4-element access).
 __device__ inline float ld1s(Src s, int64_t i, bool bf) { return s.h ? from16(bf, s.h[i]) : s.p[i]; }
 __device__ inline float4 ld4s(Src s, int64_t i, bool bf) { return s.h ? ldv4(s.h, i, bf) : ldv4(s.p, i, bf); }
 __device__ inline void st1g(Grad d, int64_t i, float v, bool bf) {
@@ -274,50 +267,76 @@ __device__ inline void st4g(Grad d, int64_t i, float4 v, bool bf) {
   else if (d.p)
     stv4(d.p, i, v, d.acc, bf);
 }
-__device__ inline float swiglu1(float g, float u) { return g / (1.f + expf(-g)) * u; }
-__device__ inline void swiglu_grad1(float g, float u, float dy, float& dg, float& du) {
-  const float s = 1.f / (1.f + expf(-g));
-  dg = dy * u * s * (1.f + g * (1.f - s));
-  du = dy * g * s;
-}
-__global__ void k_swiglu_fwd(Src g, Src u, Grad y, int64_t n, bool bf, bool v4) {
+// Two-input elementwise ops y = F(a, b) with F::grad giving da, db from (a, b, dy).
+struct MulF {
+  __device__ float operator()(float a, float b) const { return a * b; }
+  __device__ void grad(float a, float b, float dy, float& da, float& db) const { da = dy * b, db = dy * a; }
+};
+struct SwiGluF {  // silu(g) * u
+  __device__ float operator()(float g, float u) const { return g / (1.f + expf(-g)) * u; }
+  __device__ void grad(float g, float u, float dy, float& dg, float& du) const {
+    const float s = 1.f / (1.f + expf(-g));
+    dg = dy * u * s * (1.f + g * (1.f - s));
+    du = dy * g * s;
+  }
+};
+template <class F>
+__global__ void k_pair_fwd(F f, Src a, Src b, Grad y, int64_t n, bool bf, bool v4) {
   int64_t start = 0;
   if (v4) {
     GRID_STRIDE(i, n / 4) {
-      const float4 a = ld4s(g, i, bf), b = ld4s(u, i, bf);
-      st4g(y, i, make_float4(swiglu1(a.x, b.x), swiglu1(a.y, b.y), swiglu1(a.z, b.z), swiglu1(a.w, b.w)), bf);
+      const float4 x = ld4s(a, i, bf), z = ld4s(b, i, bf);
+      st4g(y, i, make_float4(f(x.x, z.x), f(x.y, z.y), f(x.z, z.z), f(x.w, z.w)), bf);
     }
     start = n / 4 * 4;
   }
   for (int64_t i = start + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-    st1g(y, i, swiglu1(ld1s(g, i, bf), ld1s(u, i, bf)), bf);
+    st1g(y, i, f(ld1s(a, i, bf), ld1s(b, i, bf)), bf);
 }
-__global__ void k_swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n, bool bf, bool v4) {
+template <class F>
+__global__ void k_pair_bwd(F f, Src a, Src b, Src dy, Grad da, Grad db, int64_t n, bool bf, bool v4) {
   int64_t start = 0;
   if (v4) {
     GRID_STRIDE(i, n / 4) {
-      const float4 a = ld4s(g, i, bf), b = ld4s(u, i, bf), d = ld4s(dy, i, bf);
+      const float4 x = ld4s(a, i, bf), z = ld4s(b, i, bf), d = ld4s(dy, i, bf);
       float4 o, p;
-      swiglu_grad1(a.x, b.x, d.x, o.x, p.x);
-      swiglu_grad1(a.y, b.y, d.y, o.y, p.y);
-      swiglu_grad1(a.z, b.z, d.z, o.z, p.z);
-      swiglu_grad1(a.w, b.w, d.w, o.w, p.w);
-      st4g(dg, i, o, bf);
-      st4g(du, i, p, bf);
+      f.grad(x.x, z.x, d.x, o.x, p.x);
+      f.grad(x.y, z.y, d.y, o.y, p.y);
+      f.grad(x.z, z.z, d.z, o.z, p.z);
+      f.grad(x.w, z.w, d.w, o.w, p.w);
+      st4g(da, i, o, bf);
+      st4g(db, i, p, bf);
     }
     start = n / 4 * 4;
   }
   for (int64_t i = start + blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
        i += (int64_t)gridDim.x * blockDim.x) {
     float o, p;
-    swiglu_grad1(ld1s(g, i, bf), ld1s(u, i, bf), ld1s(dy, i, bf), o, p);
-    st1g(dg, i, o, bf);
-    st1g(du, i, p, bf);
+    f.grad(ld1s(a, i, bf), ld1s(b, i, bf), ld1s(dy, i, bf), o, p);
+    st1g(da, i, o, bf);
+    st1g(db, i, p, bf);
   }
 }
 // Whether a Src / Dst / Grad pointer allows the 4-element accesses (8 bytes for 16-bit storage, 16 for f32).
 inline bool al4(const void* p, const void* h) {
   return h ? reinterpret_cast<uintptr_t>(h) % 8 == 0 : reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+template <class F>
+void pair_fwd(F f, Src a, Src b, Dst y, int64_t n, bool bf) {
+  if (n <= 0) return;
+  Grad out;  // written, never added to
+  out.p = y.p, out.h = y.h, out.acc = false;
+  const bool v4 = al4(a.p, a.h) && al4(b.p, b.h) && al4(y.p, y.h);
+  k_pair_fwd<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb, 0, cuda::stream()>>>(f, a, b, out, n, bf, v4);
+  ZR_CUDA(cudaGetLastError());
+}
+template <class F>
+void pair_bwd(F f, Src a, Src b, Src dy, Grad da, Grad db, int64_t n, bool bf) {
+  if (n <= 0 || (!da && !db)) return;
+  const bool v4 =
+      al4(a.p, a.h) && al4(b.p, b.h) && al4(dy.p, dy.h) && (!da || al4(da.p, da.h)) && (!db || al4(db.p, db.h));
+  k_pair_bwd<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb, 0, cuda::stream()>>>(f, a, b, dy, da, db, n, bf, v4);
+  ZR_CUDA(cudaGetLastError());
 }
 // Y: float, or uint16_t for 16-bit storage (bf: bfloat16 bits, else fp16). The layernorm kernels below are
 // rmsnorm's too where mean is null: no centring (the mean taken as 0) and no bias.
@@ -1346,25 +1365,13 @@ class CudaBackend : public Backend {
       }
     }
   }
-  void swiglu_fwd(Src g, Src u, Dst y, int64_t n) override {
-    if (n <= 0) return;
-    Grad out;  // written, never added to
-    out.p = y.p, out.h = y.h, out.acc = false;
-    const bool v4 = al4(g.p, g.h) && al4(u.p, u.h) && al4(y.p, y.h);
-    k_swiglu_fwd<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb, 0, cuda::stream()>>>(g, u, out, n, mm_ == DType::BF16, v4);
-    ZR_CUDA(cudaGetLastError());
-  }
+  void swiglu_fwd(Src g, Src u, Dst y, int64_t n) override { pair_fwd(SwiGluF{}, g, u, y, n, mm_ == DType::BF16); }
   void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) override {
-    if (n <= 0 || (!dg && !du)) return;
-    const bool v4 =
-        al4(g.p, g.h) && al4(u.p, u.h) && al4(dy.p, dy.h) && (!dg || al4(dg.p, dg.h)) && (!du || al4(du.p, du.h));
-    k_swiglu_bwd<<<grid_for(v4 ? (n + 3) / 4 : n), kTpb, 0, cuda::stream()>>>(g, u, dy, dg, du, n, mm_ == DType::BF16,
-                                                                              v4);
-    ZR_CUDA(cudaGetLastError());
+    pair_bwd(SwiGluF{}, g, u, dy, dg, du, n, mm_ == DType::BF16);
   }
-  void mul_fwd(const float* a, const float* b, float* y, int64_t n) override { LAUNCH(k_mul, n, a, b, y, n); }
-  void mul_bwd(const float* a, const float* b, const float* dy, Grad da, Grad db, int64_t n) override {
-    LAUNCH(k_mul_bwd, n, a, b, dy, da, db, n);
+  void mul_fwd(Src a, Src b, Dst y, int64_t n) override { pair_fwd(MulF{}, a, b, y, n, mm_ == DType::BF16); }
+  void mul_bwd(Src a, Src b, Src dy, Grad da, Grad db, int64_t n) override {
+    pair_bwd(MulF{}, a, b, dy, da, db, n, mm_ == DType::BF16);
   }
   void act_fwd(Act act, const float* x, float* y, int64_t n) override {
     switch (act) {

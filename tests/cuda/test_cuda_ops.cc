@@ -256,6 +256,9 @@ TEST_CASE("16-bit activation storage: every op reading or writing it matches the
       compare_op16("swiglu", {}, {rnd({9, 256}, r, 3.0), rnd({9, 256}, r, 2.0)}, {}, st, dt);
     compare_op16("swiglu", {}, {rnd({5, 101}, r, 3.0), rnd({5, 101}, r)}, {}, {{true, true}, true, true, true, true},
                  dt);
+    compare_op16("mul", {}, {rnd({9, 256}, r, 3.0), rnd({9, 256}, r, 2.0)}, {}, {{true, true}, true, true, true, true},
+                 dt);
+    compare_op16("mul", {}, {rnd({5, 101}, r), rnd({5, 101}, r)}, {}, {{false, true}, false, true, true, false}, dt);
     // rmsnorm (the layernorm kernels without centring): a 16-bit output for the products, a 16-bit dy.
     for (int64_t C : {200, 768, 1002, 2048, 2050})
       compare_op16("rmsnorm", {{"eps", 1e-6}}, {rnd({6, 37, C}, r)}, {{"weight", rnd({C}, r)}},

@@ -1,4 +1,4 @@
-// mul: elementwise a * b of equal shapes (e.g. the SwiGLU gate).
+// mul: elementwise a * b of equal shapes (16-bit storage on either side on a GPU).
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -15,13 +15,18 @@ class Mul : public Op {
     return {{in[0].shape, DType::F32}};
   }
   void forward(NodeCtx& c) const override {
-    Tensor y = new_out(c.in[0].shape(), device_of(c));
-    be(c).mul_fwd(c.in[0].f32(), c.in[1].f32(), y.f32(), y.numel());
+    const Shape& s = c.in[0].shape();
+    Tensor y = want16(c, 0) ? new_out16(c, s) : new_out(s, device_of(c));
+    be(c).mul_fwd(src_of(c.in[0]), src_of(c.in[1]), dst_of(y), y.numel());
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
+  bool emits16(size_t) const override { return true; }
+  bool takes16(size_t) const override { return true; }
+  bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
+  bool takes_dout16(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
-    be(c).mul_bwd(c.in[0].f32(), c.in[1].f32(), c.dout[0].f32(), grad_of(c, 0), grad_of(c, 1), c.in[0].numel());
+    be(c).mul_bwd(src_of(c.in[0]), src_of(c.in[1]), src_of(c.dout[0]), grad_of(c, 0), grad_of(c, 1), c.in[0].numel());
   }
 };
 }  // namespace
