@@ -18,6 +18,16 @@ float* acc_ptr(Grad g, int64_t n) {
   return g.p;
 }
 
+// The CPU kernels read and write f32 storage only.
+const float* f32(Src s, const char* op) {
+  ZR_CHECK(s.p, op, ": 16-bit activations are CUDA-only");
+  return s.p;
+}
+float* f32(Dst d, const char* op) {
+  ZR_CHECK(d.p, op, ": 16-bit activations are CUDA-only");
+  return d.p;
+}
+
 class CpuBackend : public Backend {
  public:
   const char* name() const override { return "cpu"; }
@@ -55,20 +65,16 @@ class CpuBackend : public Backend {
     cpu::add_bwd(dy, acc_ptr(da, n), acc_ptr(db, nb), n, nb);
   }
   void mul_fwd(Src a, Src b, Dst y, int64_t n) override {
-    ZR_CHECK(a.p && b.p && y.p, "mul: 16-bit activations are CUDA-only");
-    cpu::mul_fwd(a.p, b.p, y.p, n);
+    cpu::mul_fwd(f32(a, "mul"), f32(b, "mul"), f32(y, "mul"), n);
   }
   void mul_bwd(Src a, Src b, Src dy, Grad da, Grad db, int64_t n) override {
-    ZR_CHECK(a.p && b.p && dy.p, "mul: 16-bit activations are CUDA-only");
-    cpu::mul_bwd(a.p, b.p, dy.p, acc_ptr(da, n), acc_ptr(db, n), n);
+    cpu::mul_bwd(f32(a, "mul"), f32(b, "mul"), f32(dy, "mul"), acc_ptr(da, n), acc_ptr(db, n), n);
   }
   void swiglu_fwd(Src g, Src u, Dst y, int64_t n) override {
-    ZR_CHECK(g.p && u.p && y.p, "swiglu: 16-bit activations are CUDA-only");
-    cpu::swiglu_fwd(g.p, u.p, y.p, n);
+    cpu::swiglu_fwd(f32(g, "swiglu"), f32(u, "swiglu"), f32(y, "swiglu"), n);
   }
   void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) override {
-    ZR_CHECK(g.p && u.p && dy.p, "swiglu: 16-bit activations are CUDA-only");
-    cpu::swiglu_bwd(g.p, u.p, dy.p, acc_ptr(dg, n), acc_ptr(du, n), n);
+    cpu::swiglu_bwd(f32(g, "swiglu"), f32(u, "swiglu"), f32(dy, "swiglu"), acc_ptr(dg, n), acc_ptr(du, n), n);
   }
   void act_fwd(Act act, const float* x, float* y, int64_t n) override { cpu::act_fwd(act, x, y, n); }
   void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) override {
@@ -93,12 +99,10 @@ class CpuBackend : public Backend {
     cpu::attention_fwd(qkv, out, probs, B, T, C, H);
   }
   void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
-    ZR_CHECK(qkv.p && out.p, "rope: 16-bit activations are CUDA-only");
-    cpu::rope_fwd(qkv.p, out.p, B, T, H, K, D, theta);
+    cpu::rope_fwd(f32(qkv, "rope"), f32(out, "rope"), B, T, H, K, D, theta);
   }
   void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
-    ZR_CHECK(dout.p, "rope: 16-bit activations are CUDA-only");
-    cpu::rope_bwd(dout.p, acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, theta);
+    cpu::rope_bwd(f32(dout, "rope"), acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, theta);
   }
   void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, int64_t B, int64_t T,
                      int64_t C, int64_t H) override {

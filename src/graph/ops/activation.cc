@@ -3,7 +3,7 @@
 
 namespace zerorun::ops {
 namespace {
-class Activation : public Op {
+class Activation : public Op16 {
  public:
   explicit Activation(kernels::Act a) : act_(a) {}
   std::vector<ValueInfo> infer(const Node&, const std::vector<ValueInfo>& in,
@@ -27,10 +27,6 @@ class Activation : public Op {
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
-  bool emits16(size_t) const override { return true; }
-  bool takes16(size_t) const override { return true; }
-  bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
-  bool takes_dout16(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     const Tensor &x = c.in[0], &dy = c.dout[0];

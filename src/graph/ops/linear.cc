@@ -3,7 +3,7 @@
 
 namespace zerorun::ops {
 namespace {
-class Linear : public Op {
+class Linear : public Op16 {
  public:
   std::vector<std::string> required_params() const override { return {"weight"}; }
   std::vector<std::string> optional_params() const override { return {"bias"}; }
@@ -64,10 +64,6 @@ class Linear : public Op {
   bool reads_param16_only(const std::string& role) const override { return role == "weight"; }
   bool fuses_residual() const override { return true; }
   bool writes_param_grad(const std::string&) const override { return true; }
-  bool takes16(size_t) const override { return true; }
-  bool emits16(size_t) const override { return true; }
-  bool takes_dout16(size_t) const override { return true; }
-  bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
   void backward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];
     const Tensor& w = c.param("weight");

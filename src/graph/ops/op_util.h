@@ -77,6 +77,16 @@ inline kernels::Grad grad_of(const NodeCtx& c, size_t k) {
   if (c.din[k].dtype() != DType::F32) return kernels::Grad::half(static_cast<uint16_t*>(c.din[k].raw()));
   return {c.din[k].f32(), k >= c.din_acc.size() || c.din_acc[k]};
 }
+// An op whose every input, output and gradient may be stored in 16 bits (bf16/fp16 runs on CUDA): it reads and
+// writes them through src_of / dst_of / grad_of.
+class Op16 : public Op {
+ public:
+  bool emits16(size_t) const override { return true; }
+  bool takes16(size_t) const override { return true; }
+  bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
+  bool takes_dout16(size_t) const override { return true; }
+};
+
 // Every id in [0, V): on the CPU naming the first bad id and its position, on a
 // GPU by a device-side check that raises at the next read of a device value (the loss), so the forward is not held
 // up. `what` is "token" or "target"; `input` the node input holding the ids.

@@ -22,7 +22,9 @@ RopeDims dims_of(const Node& n, int64_t width) {
   ZR_CHECK(theta > 1.f, "attribute 'theta' must be > 1, got ", theta);
   return {H, K, D, theta};
 }
-class Rope : public Op {
+// 16-bit storage on either side (bf16/fp16 runs on CUDA): rope saves nothing, so its input and output can both
+// stay in the matmul dtype between the qkv projection and attention.
+class Rope : public Op16 {
  public:
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
@@ -42,12 +44,6 @@ class Rope : public Op {
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
-  // 16-bit storage on either side (bf16/fp16 runs on CUDA): rope saves nothing, so its input and output can both
-  // stay in the matmul dtype between the qkv projection and attention.
-  bool emits16(size_t) const override { return true; }
-  bool takes16(size_t) const override { return true; }
-  bool writes_grad16(const NodeCtx& c, size_t) const override { return be(c).activations16(); }
-  bool takes_dout16(size_t) const override { return true; }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     const Tensor& qkv = c.in[0];
