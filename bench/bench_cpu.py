@@ -30,9 +30,12 @@ def main():
         for name, init, B, T in [
             ("gpt2 L4 C128 T64", ["--vocab", "512", "--n_ctx", "64", "--n_embd", "128", "--n_layer", "4", "--n_head", "4"], 16, 64),
             ("gpt2 L6 C256 T128", ["--vocab", "2048", "--n_ctx", "128", "--n_embd", "256", "--n_layer", "6", "--n_head", "8"], 8, 128),
+            ("llama L6 C256 T128 GQA 8/2", ["--arch", "llama", "--vocab", "2048", "--n_ctx", "128", "--n_embd", "256",
+                                            "--n_layer", "6", "--n_head", "8", "--n_kv_head", "2", "--ffn", "688"], 8, 128),
         ]:
             m = os.path.join(w, "m.bin")
-            subprocess.run([a.zerorun, "init", "--arch", "gpt2", *init, "-o", m], check=True, capture_output=True)
+            arch = [] if "--arch" in init else ["--arch", "gpt2"]
+            subprocess.run([a.zerorun, "init", *arch, *init, "-o", m], check=True, capture_output=True)
             cfg = {"train_batch_size": B, "train_micro_batch_size_per_gpu": B, "gradient_accumulation_steps": 1,
                    "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}, "gradient_clipping": 1.0, "steps_per_print": 1000}
             c = os.path.join(w, "c.json")
@@ -46,7 +49,7 @@ def main():
             graph = json.loads(meta["graph"])
             params = {k: v.float().requires_grad_(True) for k, v in params.items()}
             opt = torch.optim.AdamW(list(params.values()), lr=1e-3)
-            V = params["wte.weight"].shape[0]
+            V = params["wte.weight" if "wte.weight" in params else "embed_tokens.weight"].shape[0]
             rng = np.random.default_rng(0)
             times = []
             for i in range(a.steps):
@@ -61,9 +64,9 @@ def main():
                 times.append(time.perf_counter() - t0)
             pt = B * T / (sum(times[3:]) / len(times[3:]))
             rows.append((name, zr, pt))
-    print(f"{'model':>20} {'zerorun tok/s':>14} {'pytorch tok/s':>14} {'ratio':>7}   ({a.threads} threads, torch {torch.__version__})")
+    print(f"{'model':>28} {'zerorun tok/s':>14} {'pytorch tok/s':>14} {'ratio':>7}   ({a.threads} threads, torch {torch.__version__})")
     for n, zr, pt in rows:
-        print(f"{n:>20} {zr:>14.0f} {pt:>14.0f} {zr / pt:>6.2f}x")
+        print(f"{n:>28} {zr:>14.0f} {pt:>14.0f} {zr / pt:>6.2f}x")
 
 
 if __name__ == "__main__":
