@@ -194,6 +194,9 @@ class Backend {
   void round_to16(DType dt, const float* src, uint16_t* dst, float* dst32, int64_t n) {
     round_to16(dt, src, dst, dst32, n, nullptr, 0);
   }
+  // The f32 copies of the 16-bit bits h[0, n) (`dt`), placed by slot as f32_copy_at(dst32, slots, 0, i) says:
+  // the compact f32 copy brought up to date with an all-gathered 16-bit copy (the values it holds are those bits).
+  virtual void widen16_slots(DType dt, const uint16_t* h, float* dst32, int64_t n, const int32_t* slots) = 0;
   // src rounded to `dt` into r32 (f32 values, placed as round_to16 says) and / or r16 (16-bit bits); either may be
   // null. A slot map needs the 16-bit copy (it exists only next to one).
   void round_copies(DType dt, const float* src, float* r32, uint16_t* r16, int64_t n, const int32_t* slots = nullptr,

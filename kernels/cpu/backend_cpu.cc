@@ -168,6 +168,12 @@ class CpuBackend : public Backend {
       if (float* d = f32_copy_at(dst32, slots, base, i)) *d = dt == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h);
     }
   }
+  void widen16_slots(DType dt, const uint16_t* h, float* dst32, int64_t n, const int32_t* slots) override {
+    ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "widen16_slots needs bf16 or f16");
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i)
+      if (float* d = f32_copy_at(dst32, slots, 0, i)) *d = dt == DType::BF16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+  }
   void set_scalar(float* p, float v) override { *p = v; }
   float get_scalar(const float* p) override { return *p; }
 };

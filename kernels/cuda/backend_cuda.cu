@@ -1093,6 +1093,16 @@ __global__ void k_adam_round4(float* p, const float* g, float* m, float* v, int6
       *reinterpret_cast<float4*>(d) = make_float4(from16(bf, h.x), from16(bf, h.y), from16(bf, h.z), from16(bf, h.w));
   }
 }
+// widen16_slots: a warp per 256-element chunk of h; chunks without a slot are skipped after one load.
+__global__ void k_widen_slots(bool bf, const uint16_t* h, float* d32, int64_t n, const int32_t* slots) {
+  const int64_t chunks = (n + 255) / 256, warps = (int64_t)gridDim.x * blockDim.x / 32;
+  const int lane = threadIdx.x & 31;
+  for (int64_t k = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32; k < chunks; k += warps) {
+    const int32_t s = slots[k];
+    if (s < 0) continue;
+    for (int64_t j = lane; j < 256 && 256 * k + j < n; j += 32) d32[256 * int64_t{s} + j] = from16(bf, h[256 * k + j]);
+  }
+}
 __global__ void k_sgd(float* p, const float* g, float* buf, int64_t n, float lr, float mom, float damp, float wd,
                       bool nesterov, bool first) {
   GRID_STRIDE(i, n) {
@@ -1853,6 +1863,12 @@ class CudaBackend : public Backend {
       k_to16<true><<<grid_for((n + 3) / 4), kTpb, 0, cuda::stream()>>>(bf, x, d16, d32, n, slots, base);
     else
       k_to16<false><<<grid_for(n), kTpb, 0, cuda::stream()>>>(bf, x, d16, d32, n, slots, base);
+    ZR_CUDA(cudaGetLastError());
+  }
+  void widen16_slots(DType dt, const uint16_t* h, float* dst32, int64_t n, const int32_t* slots) override {
+    ZR_CHECK(dt == DType::BF16 || dt == DType::F16, "widen16_slots needs bf16 or f16");
+    if (n <= 0) return;
+    k_widen_slots<<<grid_for(((n + 255) / 256) * 32), kTpb, 0, cuda::stream()>>>(dt == DType::BF16, h, dst32, n, slots);
     ZR_CUDA(cudaGetLastError());
   }
   LtGemm& lt() {

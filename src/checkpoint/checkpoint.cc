@@ -328,8 +328,10 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
   const DType dt = precision_dtype(cfg_.precision);
   // Weights: full for stages 0-2 (every rank computes with all of them), own shard for stage 3;
   // optimizer state: own shard (everything at stage 0).
+  // The master values a rank reads: its own, plus (stages 0-2 with a full f32 compute copy) the rest for that copy.
   auto need_of = [&](int pi) {
-    return stage_ == 3 ? plan_.param_owned(pi, comm_.rank()) : zero::Range{0, plan_.params[pi].numel};
+    return stage_ == 3 || (stage_ > 0 && compact_) ? plan_.param_owned(pi, comm_.rank())
+                                                   : zero::Range{0, plan_.params[pi].numel};
   };
   auto own_of = [&](int pi) {
     return stage_ == 0 ? zero::Range{0, plan_.params[pi].numel} : plan_.param_owned(pi, comm_.rank());
@@ -386,7 +388,12 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
     for (size_t g = 0; g < rt_.size(); ++g)
       if (rt_[g].persistent)
         comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), plan_.groups[g].shard, DType::F32);
-  sync_compute16();  // the products' 16-bit copy of the loaded weights
+  // The products' 16-bit copy of the loaded weights; stages 1-2 on several ranks with the compact f32 copy round
+  // their own pieces and all-gather them.
+  if (compact_ && (stage_ == 1 || stage_ == 2) && comm_.size() > 1)
+    gather_after_step(false);
+  else
+    sync_compute16();
   comm_.barrier();
   return m.value("client_state", nlohmann::json::object());
 }

@@ -115,8 +115,9 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     std::map<std::string, Tensor> p16;
     for (auto& s : plan_.params) p16[s.name] = Tensor::view_of(compute16_, s.offset, model_.tensors.at(s.name).shape());
     exec_->set_params16(std::move(p16));
-    // Stages 1-2 on several ranks all-gather compute_ itself; offload refreshes it from the host master.
-    if (master_.defined() && !offload_ && (stage_ == 0 || comm_.size() == 1)) make_compact();
+    // Stages 1-2 on several ranks all-gather the 16-bit copy (the f32 copy follows it); offload refreshes the full
+    // f32 copy from the host master.
+    if (master_.defined() && !offload_) make_compact();
   }
   if (cfg_.activation_checkpointing)
     for (size_t b = 0; b < model_.graph.blocks.size(); ++b)
@@ -406,6 +407,22 @@ void Engine::gather_after_step(bool rounded) {
   if (!rounded) refresh_compute_params();
   const int W = comm_.size();
   const bool sharded12 = (stage_ == 1 || stage_ == 2) && W > 1;
+  if (sharded12 && compact_) {
+    // Each rank's updated piece of the 16-bit copy (written with the update, or rounded from the master here), then
+    // the pieces gathered in 16 bits (half the bytes of f32) and the compact f32 copy widened from them.
+    if (!rounded) sync_compute16();
+    const DType dt = precision_dtype(cfg_.precision);
+    uint16_t* h = static_cast<uint16_t*>(compute16_.raw());
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      const zero::Group& grp = plan_.groups[g];
+      zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
+      Tensor mine = Tensor::empty({grp.shard}, dt, MemCategory::Buffers, dev_);
+      mine.copy_from(Tensor::view_of(compute16_, own.begin, {grp.shard}));
+      comm_.all_gather(mine.raw(), h + grp.offset, grp.shard, dt);
+    }
+    be().widen16_slots(dt, h, compute_.f32(), plan_.padded, f32_slots_.i32());
+    return;
+  }
   if (sharded12) {
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       const zero::Group& grp = plan_.groups[g];

@@ -80,9 +80,10 @@ StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, 
   const bool off_p = off && stage == 3 && offload_param;
   const double W = world;
   StateEstimate e;
-  // Compute weights: f32 (full at stages 0-2, a shard at 3; only what is read in f32 where compact), plus the
-  // 16-bit copy the products read.
-  const bool compact = gpu && mixed && !off && (stage == 0 || (stage < 3 && world == 1));
+  // Compute weights: f32 (full at stages 0-2, a shard at 3; only what is read in f32 where compact: 16-bit GPU runs
+  // with the master on the device, whose stages 1-2 all-gather the 16-bit copy), plus the 16-bit copy the products
+  // read.
+  const bool compact = gpu && mixed && !off && stage < 3;
   const double compute = compact ? 4 * (f32_read < 0 ? P : f32_read) : stage < 3 ? 4 * P : 4 * P / W;
   const double compute16 = gpu && mixed && stage < 3 ? 2 * P : 0;
   const double grads = stage < 2 ? 4 * P : 4 * P / W;

@@ -287,10 +287,13 @@ TEST_CASE("zerorun estimate's model-state bytes are what the engine allocates", 
   CHECK(o.optimizer == 1000 + 2000);  // master and moments shards
   CHECK(o.device == 6000 + 1000);     // params + gradient shard
   CHECK(o.host == 1000 + 3000);       // host gradient shard + optimizer
-  // 16-bit GPU runs with the master on the device and no f32 all-gather keep f32 values only for f32_read.
+  // 16-bit GPU runs with the master on the device keep f32 values only for f32_read (stages 1-2 on several ranks
+  // all-gather the 16-bit copy); offload keeps the full f32 copy.
   CHECK(zero::estimate_model_states(1000, 0, 4, true, true, false, false, 300).params == 1200 + 2000);
   CHECK(zero::estimate_model_states(1000, 2, 1, true, true, false, false, 300).params == 1200 + 2000);
-  CHECK(zero::estimate_model_states(1000, 2, 4, true, true, false, false, 300).params == 4000 + 2000);
+  CHECK(zero::estimate_model_states(1000, 1, 4, true, true, false, false, 300).params == 1200 + 2000);
+  CHECK(zero::estimate_model_states(1000, 2, 4, true, true, false, false, 300).params == 1200 + 2000);
+  CHECK(zero::estimate_model_states(1000, 2, 4, true, true, true, false, 300).params == 4000 + 2000);
   CHECK(zero::estimate_model_states(1000, 0, 1, false, true, false, false, 300).params == 4000);  // fp32
   // Of the tiny GPT, the linear weights are read in 16 bits only.
   double f32_read = 0;
