@@ -28,10 +28,13 @@ for r in rows[hdr + 2:]:
         ks.append((r[name_c], float(r[t_c].replace(",", "")) * scale, b))
     except ValueError:
         pass
+# A step ends with its update: the last of a run of AdamW kernels (one kernel, or with the update overlapping the
+# next forward, the default on one GPU, one a block, which ncu's serialised replay runs back to back).
 adam = [i for i, (n, _, _) in enumerate(ks) if "k_adam" in n]
-if len(adam) < 2:
-    sys.exit(f"need two AdamW kernels in the capture, found {len(adam)} of {len(ks)} kernels")
-step = ks[adam[-2] + 1:adam[-1] + 1]
+ends = [i for k, i in enumerate(adam) if k + 1 == len(adam) or adam[k + 1] != i + 1]
+if len(ends) < 2:
+    sys.exit(f"need two steps' AdamW kernels in the capture, found {len(ends)} run(s) in {len(ks)} kernels")
+step = ks[ends[-2] + 1:ends[-1] + 1]
 
 
 def short(n):
