@@ -2,8 +2,8 @@
 # Everything a one-GPU device call should run, in order of importance, each
 # part under its own time limit so one slow part cannot starve the rest:
 # GPU tests (tests/run_gpu.sh), the GEMM probe (cuBLASLt vs PyTorch products), the kernel-time breakdown of one
-# GPT-2 124M step and of a llama-336M step under ncu (bench/ncu_step.sh) and the GPT-2 step's host-side queue/wait times (ZERORUN_PROFILE=host), the GPT-2
-# benchmark against PyTorch, and GPT-2 1.5B with ZeRO-3 + CPU offload; with
+# GPT-2 124M step and of a llama-336M step under ncu (bench/ncu_step.sh) and the GPT-2 step's host-side queue/wait
+# times (ZERORUN_PROFILE=host), the GPT-2 benchmark against PyTorch, and GPT-2 1.5B with ZeRO-3 + CPU offload; with
 # 2+ GPUs also tests/run_multi_gpu.sh. Logs go to OUT_DIR.
 # Usage (device machine, after tests/make_device_bundle.sh, carry .devbuild):
 #   bash bench/device_all.sh "$OUT"        (about 8 minutes; PARTS="gpu_tests attention" runs only those)
