@@ -326,9 +326,9 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
     }
   };
   const DType dt = precision_dtype(cfg_.precision);
-  // Weights: full for stages 0-2 (every rank computes with all of them), own shard for stage 3;
-  // optimizer state: own shard (everything at stage 0).
-  // The master values a rank reads: its own, plus (stages 0-2 with a full f32 compute copy) the rest for that copy.
+  // Master weights read: everything at stages 0-2 where the rank keeps a full f32 compute copy (every rank computes
+  // with all of them), else (stage 3; stages 1-2 whose 16-bit copy is all-gathered after the load) the rank's own
+  // shard; optimizer state: own shard (everything at stage 0).
   auto need_of = [&](int pi) {
     return stage_ == 3 || (stage_ > 0 && compact_) ? plan_.param_owned(pi, comm_.rank())
                                                    : zero::Range{0, plan_.params[pi].numel};
