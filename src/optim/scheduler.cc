@@ -27,7 +27,8 @@ LrSchedule::LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64
   if (type_ == "WarmupCosineLR") {  // total "auto" = the run's steps: checked here (a number: in the config too)
     const double total = get("total_num_steps", 0), warm = std::max(2.0, get("warmup_num_steps", 1000));
     ZR_CHECK(total != warm, "scheduler WarmupCosineLR: total_num_steps (", total, ") equals warmup_num_steps (", warm,
-             "): the cosine phase would divide by zero steps");
+             "): the cosine phase would divide by zero steps; train for more steps (total_num_steps \"auto\" is the "
+             "run's --steps) or lower scheduler.params.warmup_num_steps");
   }
 }
 
