@@ -127,6 +127,20 @@ TEST_CASE("corrupt model.bin files are rejected naming the file and fault", "[mo
   REQUIRE_THROWS_WITH(load_model(bad), Catch::Contains("h.0") && Catch::Contains("does not match weight"));
 
   REQUIRE_THROWS_WITH(load_model(tmp("does_not_exist.bin")), Catch::Contains("cannot open"));
+
+  // A Llama whose SwiGLU multiplies the gate by the residual stream (another width): the node and both shapes.
+  std::string lgood = tmp("llama.bin");
+  save_model(lgood, build_llama(testing::tiny_llama_spec(64, 16, 32, 1, 2, 48), 3));
+  rewrite_header(lgood, bad, [](json& h) {
+    json g = json::parse(h["__metadata__"]["graph"].get<std::string>());
+    for (auto& n : g["nodes"])
+      if (n["op"] == "swiglu") n["in"][1] = "x.0";
+    h["__metadata__"]["graph"] = g.dump();
+  });
+  REQUIRE_THROWS_WITH(
+      load_model(bad),
+      Catch::Contains(bad) && Catch::Contains("(swiglu in block 'layers.0')") &&
+          Catch::Contains("swiglu needs equal shapes for gate and up, got [1, 16, 48] and [1, 16, 32]"));
 }
 
 TEST_CASE("training FLOPs per token: 6 per parameter, plus 6·L·C·T attention for gpt2 and llama", "[model]") {
