@@ -517,6 +517,24 @@ TEST_CASE(
           want_written += std::max<int64_t>(0, std::min(256 * k + 256, base + n) - std::max(256 * k, base));
       CHECK(written == want_written);  // nothing outside the range, nothing for dropped chunks
     }
+  // widen16_slots (stages 1-2 on several GPUs: the compact f32 copy from the all-gathered 16-bit copy) = the CPU's,
+  // bit for bit, and nothing written for chunks without a slot.
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const int64_t total = n;
+    const int64_t chunks = (total + 255) / 256;
+    Tensor keep = Tensor::empty({chunks}, DType::I32, MemCategory::Buffers);
+    int32_t kept = 0;
+    for (int64_t k = 0; k < chunks; ++k) keep.i32()[k] = k % 3 != 1 ? kept++ : -1;
+    Tensor h16 = Tensor::empty({total}, dt, MemCategory::Buffers);
+    cpu.round_to16(dt, p.f32(), static_cast<uint16_t*>(h16.raw()), nullptr, total);
+    Tensor want = Tensor::empty({int64_t{kept} * 256}, DType::F32, MemCategory::Buffers);
+    std::fill_n(want.f32(), want.numel(), 7.f);
+    Tensor got = want.to(kGpu), hg = h16.to(kGpu), kg = keep.to(kGpu);
+    cpu.widen16_slots(dt, static_cast<const uint16_t*>(h16.raw()), want.f32(), total, keep.i32());
+    gpu.widen16_slots(dt, static_cast<const uint16_t*>(hg.raw()), got.f32(), total, kg.i32());
+    Tensor back = got.to(Device::cpu());
+    REQUIRE(std::memcmp(back.raw(), want.raw(), want.nbytes()) == 0);
+  }
   // One pass: the sum of squares (f64) and the inf/nan flag, over a length with a tail and two loads a thread.
   for (int64_t len : {int64_t{1}, int64_t{7}, n, int64_t{3} << 20}) {
     Tensor x = rnd({len}, r), xg = x.to(kGpu);

@@ -1,5 +1,6 @@
 // Schedulers (DeepSpeed formulas, hand-computed values), the dynamic loss
 // scaler's state machine, and the optimizer update rules.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -217,4 +218,18 @@ TEST_CASE("Rounded f32 copies by slot: only kept 256-element chunks, compact, fr
   std::vector<float> c(n);
   REQUIRE_THROWS_WITH(be.round_copies(DType::BF16, src.data(), c.data(), nullptr, n, slots.data(), base),
                       Catch::Contains("need the 16-bit copy"));
+  // widen16_slots: the compact copy rebuilt from the (all-gathered) 16-bit copy of the whole flat layout equals the
+  // one the rounding wrote; chunks without a slot are not written.
+  for (DType dt : {DType::BF16, DType::F16}) {
+    const int64_t total = 5 * 256 - 17;  // the flat layout, its last chunk partial
+    std::vector<float> flat(total), made(3 * 256, -7.f), widened(3 * 256, -7.f);
+    for (int64_t i = 0; i < total; ++i) flat[i] = 0.37f * std::sin(0.1f * i) + 1e-3f * i;
+    std::vector<uint16_t> h(total);
+    be.round_to16(dt, flat.data(), h.data(), made.data(), total, slots.data(), 0);
+    be.widen16_slots(dt, h.data(), widened.data(), total, slots.data());
+    REQUIRE(widened == made);
+    // Slots 0..2 hold chunks 1, 3 and 4, written in full but for the 17 elements past the layout's end.
+    REQUIRE(std::count(widened.begin(), widened.end(), -7.f) == 17);
+  }
+  REQUIRE_THROWS_WITH(be.widen16_slots(DType::F32, nullptr, nullptr, 1, slots.data()), Catch::Contains("bf16 or f16"));
 }
