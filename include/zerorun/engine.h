@@ -118,7 +118,10 @@ class Engine {
   float* state_at(int k, int p, int64_t elem);  // optimizer state k (0 = m, 1 = v) element
   // rounded: the optimizer already wrote this rank's compute copies (fused with its update).
   void gather_after_step(bool rounded);
-  void sync_compute16();                  // compute16_ = compute_ in 16 bits (when kept; compact: both from the master)
+  // Stages 1-2 on several ranks with the compact f32 copy: the weights go round as the 16-bit copy (gather16).
+  bool gathers16() const { return compact_ && (stage_ == 1 || stage_ == 2) && comm_.size() > 1; }
+  void gather16();        // each rank's piece of compute16_ all-gathered, the compact f32 copy widened from it
+  void sync_compute16();  // compute16_ = compute_ in 16 bits (when kept; compact: both from the master)
   RoundedOut rounded_out(int64_t begin);  // the fused-update targets at compute element `begin` (or none)
   kernels::Backend& be() const;
   void copy_f32(float* dst, const float* src, int64_t n) const;  // any devices

@@ -1411,23 +1411,22 @@ class CudaBackend : public Backend {
   }
   void layernorm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const float* dy, Grad dx,
                      float* dw, float* db, int64_t N, int64_t C) override {
-    if (!N) return;
-    ZR_CHECK(!dx.h, "a layernorm's input gradient is f32");
-    if (ln_bwd_fused(x, w, mean, rstd, dy, dx, dw, db, N, C, false)) return;
-    if (dx)
-      k_ln_bwd_dx<float><<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, false);
-    if (dw || db) column_sums(LnWB<float>{x, mean, rstd, dy, false}, N, C, dw, db);
-    ZR_CUDA(cudaGetLastError());
+    norm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C, false);
   }
   void layernorm_bwd16(const float* x, const float* w, const float* mean, const float* rstd, const uint16_t* dy,
                        Grad dx, float* dw, float* db, int64_t N, int64_t C) override {
+    norm_bwd(x, w, mean, rstd, dy, dx, dw, db, N, C, mm_ == DType::BF16);
+  }
+  // The layernorm backward (mean null: rmsnorm's, no db) for an f32 or 16-bit dy: the one-pass kernel where it
+  // fits, else the dx kernel and the column sums.
+  template <class D>
+  void norm_bwd(const float* x, const float* w, const float* mean, const float* rstd, const D* dy, Grad dx, float* dw,
+                float* db, int64_t N, int64_t C, bool bf) {
     if (!N) return;
-    ZR_CHECK(!dx.h, "a layernorm's input gradient is f32");
-    const bool bf = mm_ == DType::BF16;
+    ZR_CHECK(!dx.h, mean ? "a layernorm's" : "an rmsnorm's", " input gradient is f32");
     if (ln_bwd_fused(x, w, mean, rstd, dy, dx, dw, db, N, C, bf)) return;
-    if (dx)
-      k_ln_bwd_dx<uint16_t><<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, bf);
-    if (dw || db) column_sums(LnWB<uint16_t>{x, mean, rstd, dy, bf}, N, C, dw, db);
+    if (dx) k_ln_bwd_dx<D><<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, mean, rstd, dy, dx.p, dx.acc, N, C, bf);
+    if (dw || db) column_sums(LnWB<D>{x, mean, rstd, dy, bf}, N, C, dw, db);
     ZR_CUDA(cudaGetLastError());
   }
   // rmsnorm: the layernorm kernels without mean (no centring) and bias.
@@ -1440,21 +1439,11 @@ class CudaBackend : public Backend {
   }
   void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, Grad dx, float* dw, int64_t N,
                    int64_t C) override {
-    rms_bwd(x, w, rstd, dy, dx, dw, N, C, false);
+    norm_bwd(x, w, nullptr, rstd, dy, dx, dw, nullptr, N, C, false);
   }
   void rmsnorm_bwd16(const float* x, const float* w, const float* rstd, const uint16_t* dy, Grad dx, float* dw,
                      int64_t N, int64_t C) override {
-    rms_bwd(x, w, rstd, dy, dx, dw, N, C, mm_ == DType::BF16);
-  }
-  template <class D>
-  void rms_bwd(const float* x, const float* w, const float* rstd, const D* dy, Grad dx, float* dw, int64_t N, int64_t C,
-               bool bf) {
-    if (!N) return;
-    ZR_CHECK(!dx.h, "an rmsnorm's input gradient is f32");
-    if (ln_bwd_fused(x, w, nullptr, rstd, dy, dx, dw, nullptr, N, C, bf)) return;
-    if (dx) k_ln_bwd_dx<D><<<rows_grid(N), kTpb, 0, cuda::stream()>>>(x, w, nullptr, rstd, dy, dx.p, dx.acc, N, C, bf);
-    if (dw) column_sums(LnWB<D>{x, nullptr, rstd, dy, bf}, N, C, dw, nullptr);
-    ZR_CUDA(cudaGetLastError());
+    norm_bwd(x, w, nullptr, rstd, dy, dx, dw, nullptr, N, C, mm_ == DType::BF16);
   }
   void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
     const int64_t hs = C / H, C3 = 3 * C, TT = T * T;

@@ -388,12 +388,9 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
     for (size_t g = 0; g < rt_.size(); ++g)
       if (rt_[g].persistent)
         comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), plan_.groups[g].shard, DType::F32);
-  // The products' 16-bit copy of the loaded weights; stages 1-2 on several ranks with the compact f32 copy round
-  // their own pieces and all-gather them.
-  if (compact_ && (stage_ == 1 || stage_ == 2) && comm_.size() > 1)
-    gather_after_step(false);
-  else
-    sync_compute16();
+  // The products' 16-bit copy of the loaded weights (where it goes round, each rank rounds its own piece).
+  sync_compute16();
+  if (gathers16()) gather16();
   comm_.barrier();
   return m.value("client_state", nlohmann::json::object());
 }

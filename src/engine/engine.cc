@@ -405,24 +405,13 @@ float* Engine::owned_master(int g) {
 
 void Engine::gather_after_step(bool rounded) {
   if (!rounded) refresh_compute_params();
-  const int W = comm_.size();
-  const bool sharded12 = (stage_ == 1 || stage_ == 2) && W > 1;
-  if (sharded12 && compact_) {
-    // Each rank's updated piece of the 16-bit copy (written with the update, or rounded from the master here), then
-    // the pieces gathered in 16 bits (half the bytes of f32) and the compact f32 copy widened from them.
+  if (gathers16()) {  // each rank's updated piece: written with the update, or rounded from the master here
     if (!rounded) sync_compute16();
-    const DType dt = precision_dtype(cfg_.precision);
-    uint16_t* h = static_cast<uint16_t*>(compute16_.raw());
-    for (size_t g = 0; g < plan_.groups.size(); ++g) {
-      const zero::Group& grp = plan_.groups[g];
-      zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
-      Tensor mine = Tensor::empty({grp.shard}, dt, MemCategory::Buffers, dev_);
-      mine.copy_from(Tensor::view_of(compute16_, own.begin, {grp.shard}));
-      comm_.all_gather(mine.raw(), h + grp.offset, grp.shard, dt);
-    }
-    be().widen16_slots(dt, h, compute_.f32(), plan_.padded, f32_slots_.i32());
+    gather16();
     return;
   }
+  const int W = comm_.size();
+  const bool sharded12 = (stage_ == 1 || stage_ == 2) && W > 1;
   if (sharded12) {
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       const zero::Group& grp = plan_.groups[g];
@@ -440,6 +429,20 @@ void Engine::gather_after_step(bool rounded) {
   }
   // The 16-bit copy: written with the update where it covered everything, else rounded from compute_.
   if (!rounded || sharded12) sync_compute16();
+}
+
+// The pieces gathered in 16 bits (half the bytes of f32) and the compact f32 copy widened from them.
+void Engine::gather16() {
+  const DType dt = precision_dtype(cfg_.precision);
+  uint16_t* h = static_cast<uint16_t*>(compute16_.raw());
+  for (size_t g = 0; g < plan_.groups.size(); ++g) {
+    const zero::Group& grp = plan_.groups[g];
+    zero::Range own = plan_.owned(static_cast<int>(g), comm_.rank());
+    Tensor mine = Tensor::empty({grp.shard}, dt, MemCategory::Buffers, dev_);
+    mine.copy_from(Tensor::view_of(compute16_, own.begin, {grp.shard}));
+    comm_.all_gather(mine.raw(), h + grp.offset, grp.shard, dt);
+  }
+  be().widen16_slots(dt, h, compute_.f32(), plan_.padded, f32_slots_.i32());
 }
 
 double Engine::eval_loss(DataSource& data, int64_t batches) {
