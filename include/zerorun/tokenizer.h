@@ -1,0 +1,52 @@
+// Tokenizers from transformers' tokenizer.json, without Python: byte-level BPE (GPT-2, Llama 3, Qwen2.5/3) and
+// SentencePiece-style BPE with byte fallback (Llama 2, Mistral, TinyLlama, Gemma), with the pipeline transformers
+// runs: added/special tokens split out first (lstrip/rstrip/normalized), normalizers (NFC, NFD, Prepend, Replace,
+// Strip, Sequence), pre-tokenizers (Split with a regex or string and every behaviour, ByteLevel, Metaspace,
+// Whitespace, WhitespaceSplit, Digits, Sequence), the BPE model (merges, ignore_merges, byte_fallback, fuse_unk,
+// unk), post-processors (TemplateProcessing, ByteLevel, Roberta/Bert, Sequence) and decoders (ByteLevel,
+// Metaspace, Replace, ByteFallback, Fuse, Strip, Sequence). Checked id for id against transformers.js on real
+// tokenizer.json files (tests/data/tokenizer_oracle.sh).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace zerorun {
+
+class Tokenizer {
+ public:
+  // `path` is a tokenizer.json, or a directory holding one (and, optionally, tokenizer_config.json, whose
+  // bos/eos/pad tokens and chat_template are read; chat_template.jinja beside it wins).
+  static Tokenizer load(const std::string& path);
+  // From the text of a tokenizer.json; `source` names it in errors.
+  static Tokenizer from_json(const std::string& json_text, const std::string& source = "tokenizer.json");
+
+  // Token ids of `text` (UTF-8). add_special_tokens runs the post-processor (e.g. a leading <s>).
+  std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
+  // Many documents on `threads` threads (0: all cores); the result is the same as encode() one by one.
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts, bool add_special_tokens = true,
+                                                 int threads = 0) const;
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+
+  int32_t token_to_id(const std::string& token) const;  // -1 when absent
+  std::string id_to_token(int32_t id) const;            // "" when absent
+  int64_t vocab_size() const;                           // the largest id + 1, added tokens included
+  bool is_special(int32_t id) const;
+
+  // From tokenizer_config.json when present (-1 / "" otherwise).
+  int32_t bos_id() const;
+  int32_t eos_id() const;
+  int32_t pad_id() const;
+  std::string bos_token() const;
+  std::string eos_token() const;
+  std::string chat_template() const;
+  const std::string& source() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<const Impl> impl_;
+};
+
+}  // namespace zerorun
