@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
     fill_bf16(qkv, B * T * 3 * C, 1);
     fill_bf16(dout, B * T * C, 2);
     using namespace zerorun::kernels::flash;
+    AttnDims dm;
+    dm.B = B, dm.T = T, dm.H = dm.K = H, dm.D = D, dm.scale = 1.f / std::sqrt(static_cast<float>(D));
     const double fl = 4.0 * B * H * T * T * D / 2;
     auto bf = [](uint16_t h) {
       const uint32_t u = static_cast<uint32_t>(h) << 16;
@@ -48,8 +50,8 @@ int main(int argc, char** argv) {
     // Every forward tiling, checked against tiling 0's output and log-sum-exp.
     std::vector<uint16_t> ref_o(B * T * C), o(B * T * C);
     std::vector<float> ref_l(B * H * T), l(B * H * T);
-    for (int cfg = 0; cfg < tc_forward_configs(); ++cfg) {
-      const double ms = event_ms([&] { tc_forward(true, qkv, nullptr, out, lse, B, T, C, H, cfg); });
+    for (int cfg = 0; cfg < tc_forward_configs(D); ++cfg) {
+      const double ms = event_ms([&] { tc_forward(true, qkv, nullptr, out, lse, dm, cfg); });
       if (cudaDeviceSynchronize() != cudaSuccess) ZR_FAIL("forward tiling ", cfg, " failed");
       cudaMemcpy(o.data(), out, o.size() * 2, cudaMemcpyDeviceToHost);
       cudaMemcpy(l.data(), lse, l.size() * 4, cudaMemcpyDeviceToHost);
@@ -60,18 +62,18 @@ int main(int argc, char** argv) {
       std::printf(
           "{\"probe\": \"zerorun tc attention fwd\", \"tiling\": %d, \"what\": \"%s\", \"ms\": %.4f, "
           "\"tflops\": %.1f, \"max_diff_vs_0\": %.3g}\n",
-          cfg, tc_forward_config_name(cfg), ms, fl / ms / 1e9, d);
+          cfg, tc_forward_config_name(D, cfg), ms, fl / ms / 1e9, d);
     }
-    tc_forward(true, qkv, nullptr, out, lse, B, T, C, H, 0);
+    tc_forward(true, qkv, nullptr, out, lse, dm, 0);
     // Both backward paths: the two deterministic kernels (7 products), then the fused one (5 products, dQ by
     // atomics), checked against the first (largest difference over dQ, dK, dV, relative to the largest value).
     auto* dq_acc = static_cast<float*>(dev_alloc(B * T * C * 4));
     std::vector<uint16_t> ref_g(B * T * 3 * C), gr(B * T * 3 * C);
-    for (int run = 0; run <= tc_backward_configs(); ++run) {  // run 0: two kernels; then each one-kernel variant
+    for (int run = 0; run <= tc_backward_configs(D); ++run) {  // run 0: two kernels; then each one-kernel variant
       const bool fused = run > 0;
       float* acc = fused ? dq_acc : nullptr;
       const double bwd = event_ms([&] {
-        tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, acc, B, T, C, H,
+        tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, acc, dm,
                     fused ? run - 1 : 0);
       });
       if (cudaDeviceSynchronize() != cudaSuccess) throw zerorun::Error("a kernel failed");

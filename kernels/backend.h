@@ -15,6 +15,7 @@
 namespace zerorun::kernels {
 
 using cpu::Act;
+using cpu::AttnDims;
 
 // Where a backward puts an input's gradient: acc adds to what is there; !acc
 // overwrites, for gradients the executor has just allocated (no zero-fill
@@ -78,8 +79,8 @@ class Backend {
   // ops can write 16-bit gradients (linear dx, act_bwd16, add_bwd without broadcast, cross_entropy_bwd, and
   // flash_attention_bwd where attention16 says so) through Grad::half.
   virtual bool activations16() const { return false; }
-  // Whether flash attention at this head size reads and writes 16-bit storage (tensor-core kernels).
-  virtual bool attention16(int64_t /*head_size*/) const { return false; }
+  // Whether flash attention at these sizes reads and writes 16-bit storage (tensor-core kernels).
+  virtual bool attention16(const AttnDims&) const { return false; }
   // Activation from x into y, each f32 or 16-bit.
   virtual void act_fwd16(Act, Src, Dst, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
   // f[i] = the 16-bit h[i] as f32.
@@ -125,6 +126,10 @@ class Backend {
   // y = silu(g) * u (Llama's gated MLP) and its backward; each side f32, or 16-bit where activations16().
   virtual void swiglu_fwd(Src g, Src u, Dst y, int64_t n) = 0;
   virtual void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) = 0;
+  virtual void geglu_fwd(Src g, Src u, Dst y, int64_t n) = 0;
+  virtual void geglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) = 0;
+  virtual void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) = 0;
+  virtual void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) = 0;
   virtual void act_fwd(Act act, const float* x, float* y, int64_t n) = 0;
   virtual void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) = 0;
   virtual void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
@@ -134,22 +139,32 @@ class Backend {
   virtual void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps) = 0;
   virtual void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, Grad dx, float* dw,
                            int64_t N, int64_t C) = 0;
-  virtual void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C,
-                             int64_t H) = 0;
-  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, int64_t B, int64_t T,
-                             int64_t C, int64_t H) = 0;
-  // Rotary embeddings + grouped-query head repeat (cpu::rope_fwd's layouts): qkv [B, T, (H + 2K) D] ->
-  // out [B, T, 3 H D]; the backward writes or adds (Grad) dqkv. Each side f32, or 16-bit where activations16().
-  virtual void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) = 0;
-  virtual void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) = 0;
+  // cpu::qk_norm_fwd's layouts; dwq / dwk accumulate.
+  virtual void qk_norm_fwd(const float* x, const float* wq, const float* wk, float* y, float* rstd, int64_t N,
+                           int64_t H, int64_t K, int64_t D, bool full, float eps) = 0;
+  virtual void qk_norm_bwd(const float* x, const float* wq, const float* wk, const float* rstd, const float* dy,
+                           Grad dx, float* dwq, float* dwk, int64_t N, int64_t H, int64_t K, int64_t D, bool full) = 0;
+  // Causal attention (cpu::AttnDims: grouped-query heads, scale, sliding window, soft-capping) keeping the
+  // probabilities [B, H, T, T] for the backward.
+  virtual void attention_fwd(const float* qkv, float* out, float* probs, const AttnDims& d) = 0;
+  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv,
+                             const AttnDims& d) = 0;
+  // Rotary embeddings (cpu::rope_fwd's layouts): qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D] with the key/value
+  // heads repeated, or the same layout as qkv (!repeat); the backward writes or adds (Grad) dqkv. Each side f32,
+  // or 16-bit where activations16().
+  virtual void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
+                        const cpu::RopeFreqs& f, bool repeat) = 0;
+  virtual void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
+                        const cpu::RopeFreqs& f, bool repeat) = 0;
   // Flash-style attention (no T x T matrix): saves the per-row log-sum-exp
   // [B, H, T] instead of the probabilities; backward also reads the output.
-  virtual bool has_flash_attention(int64_t /*head_size*/) const { return false; }
-  // qkv, out and dout may be 16-bit where attention16(head size); the output is then written as `out` asks.
-  virtual void flash_attention_fwd(Src, Dst, float*, int64_t, int64_t, int64_t, int64_t) {
+  virtual bool has_flash_attention(const AttnDims&) const { return false; }
+  // qkv, out and dout may be 16-bit where attention16(d); the output is then written as `out` asks.
+  virtual void flash_attention_fwd(Src /*qkv*/, Dst /*out*/, float* /*lse*/, const AttnDims&) {
     ZR_FAIL("flash attention is CUDA-only");
   }
-  virtual void flash_attention_bwd(Src, Src, const float*, Src, Grad, int64_t, int64_t, int64_t, int64_t) {
+  virtual void flash_attention_bwd(Src /*qkv*/, Src /*out*/, const float* /*lse*/, Src /*dout*/, Grad /*dqkv*/,
+                                   const AttnDims&) {
     ZR_FAIL("flash attention is CUDA-only");
   }
   // Returns false if any id is outside [0, V) (nothing is written then).

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "zerorun/dtype.h"
 
@@ -12,6 +13,8 @@ struct MergeResult {
   std::string hf_class;  // model.safetensors is in this transformers class's layout ("": zerorun's)
   bool hf_layout() const { return !hf_class.empty(); }
   int64_t params = 0, largest = 0, peak_rss_bytes = 0, baseline_rss_bytes = 0;  // RSS: peak, and at the start
+  std::vector<std::string> tokenizer_files;                                     // copied from the imported directory
+  std::vector<std::string> notes;  // what the user should know (files not copied)
 };
 
 // How model.safetensors names and lays out the weights. Hf: a gpt2 checkpoint is written as transformers'

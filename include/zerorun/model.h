@@ -42,13 +42,34 @@ struct Gpt2Spec {
   int64_t vocab = 50257, n_ctx = 1024, n_embd = 768, n_layer = 12, n_head = 12;
   bool tied = true;
 };
-// transformers' LlamaForCausalLM: RMSNorm, rotary positions (rope_theta), grouped-query attention with n_kv_head
-// key/value heads (0: n_head), SwiGLU MLP of width ffn, no biases, lm_head tied to the embedding or not.
+// A decoder-only transformer as transformers' causal-LM classes compute it, by default LlamaForCausalLM: RMSNorm,
+// rotary positions (rope_theta), grouped-query attention with n_kv_head key/value heads (0: n_head), SwiGLU MLP of
+// width ffn, no biases, lm_head tied to the embedding or not. The other fields compose today's model_types from
+// features (src/model/hf_arch.cc maps each config.json onto them): Qwen2's q/k/v biases, Qwen3's per-head q/k
+// RMSNorm and decoupled head size, Mistral's sliding window, OLMo-2's norms after attention and MLP with q/k norms
+// over the full width, Gemma's (1 + w) norms, embedding scale, GeGLU, sandwich norms, soft-capping, attention scale
+// and per-layer sliding windows and rotary bases.
 struct LlamaSpec {
   int64_t vocab = 32000, n_ctx = 2048, n_embd = 512, n_layer = 8, n_head = 8, ffn = 1376;
   int64_t n_kv_head = 0;
   double rope_theta = 10000.0, rms_eps = 1e-6;
   bool tied = false;
+  std::string model_type = "llama";  // transformers' model_type the graph is saved as
+  int64_t head_dim = 0;              // 0: n_embd / n_head
+  json rope_scaling;                 // null, or transformers' rope parameters {"rope_type", "factor", ...}
+  bool qkv_bias = false, o_bias = false, mlp_bias = false;
+  std::string qk_norm;             // "" none, "head" (per head, [head_dim] weights), "full" ([H D] and [K D] weights)
+  std::string norm_place = "pre";  // "pre" (Llama), "post" (OLMo-2: after attention / MLP), "sandwich" (Gemma 2/3)
+  double norm_offset = 0.0;        // 1: Gemma's RMSNorm scales by 1 + w
+  std::string act = "silu";        // "silu" (SwiGLU) or "gelu_tanh" (GeGLU)
+  double embed_scale = 0.0;        // > 0: embeddings times this (Gemma: sqrt(hidden))
+  double attn_scale = 0.0;         // > 0: q.k scale (Gemma: query_pre_attn_scalar^-1/2); 0: head_dim^-1/2
+  double attn_softcap = 0.0, final_softcap = 0.0;  // Gemma 2's soft-capping of attention scores and logits
+  int64_t window = 0;                              // > 0: sliding-window attention of this many keys
+  std::vector<bool> sliding;      // per layer: whether it uses the window (empty: every layer, when window > 0)
+  double local_rope_theta = 0.0;  // > 0: the rope base of sliding layers (Gemma 3), unscaled
+  json hf_config;                 // the imported config.json (merge writes it back with what training changed)
+  int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
 Model build_mlp(const MlpSpec& s, uint64_t seed);
 Model build_gpt2(const Gpt2Spec& s, uint64_t seed);

@@ -59,12 +59,13 @@ class SafetensorsStreamWriter {
   SafetensorsStreamWriter(const std::string& path, const std::vector<Decl>& decls,
                           const std::map<std::string, std::string>& metadata);
   ~SafetensorsStreamWriter();
+  // The next bytes of the current tensor (declaration order): all of it at once, or in parts that add up to it.
   void append(const std::string& name, const void* data, size_t bytes);
   void commit();
 
  private:
   std::vector<Decl> decls_;
-  size_t next_ = 0;
+  size_t next_ = 0, written_ = 0;
   std::unique_ptr<class AtomicFile> file_;
 };
 

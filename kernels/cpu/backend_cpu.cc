@@ -76,6 +76,26 @@ class CpuBackend : public Backend {
   void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) override {
     cpu::swiglu_bwd(f32(g, "swiglu"), f32(u, "swiglu"), f32(dy, "swiglu"), acc_ptr(dg, n), acc_ptr(du, n), n);
   }
+  void geglu_fwd(Src g, Src u, Dst y, int64_t n) override {
+    cpu::geglu_fwd(f32(g, "geglu"), f32(u, "geglu"), f32(y, "geglu"), n);
+  }
+  void geglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) override {
+    cpu::geglu_bwd(f32(g, "geglu"), f32(u, "geglu"), f32(dy, "geglu"), acc_ptr(dg, n), acc_ptr(du, n), n);
+  }
+  void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) override {
+    cpu::unary_fwd(op, a, x, y, n);
+  }
+  void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) override {
+    cpu::unary_bwd(op, a, x, dy, acc_ptr(dx, n), n);
+  }
+  void qk_norm_fwd(const float* x, const float* wq, const float* wk, float* y, float* rstd, int64_t N, int64_t H,
+                   int64_t K, int64_t D, bool full, float eps) override {
+    cpu::qk_norm_fwd(x, wq, wk, y, rstd, N, H, K, D, full, eps);
+  }
+  void qk_norm_bwd(const float* x, const float* wq, const float* wk, const float* rstd, const float* dy, Grad dx,
+                   float* dwq, float* dwk, int64_t N, int64_t H, int64_t K, int64_t D, bool full) override {
+    cpu::qk_norm_bwd(x, wq, wk, rstd, dy, acc_ptr(dx, N * (H + 2 * K) * D), dwq, dwk, N, H, K, D, full);
+  }
   void act_fwd(Act act, const float* x, float* y, int64_t n) override { cpu::act_fwd(act, x, y, n); }
   void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) override {
     cpu::act_bwd(act, x, dy, acc_ptr(dx, n), n);
@@ -95,18 +115,19 @@ class CpuBackend : public Backend {
                    int64_t C) override {
     cpu::rmsnorm_bwd(x, w, rstd, dy, acc_ptr(dx, N * C), dw, N, C);
   }
-  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
-    cpu::attention_fwd(qkv, out, probs, B, T, C, H);
+  void attention_fwd(const float* qkv, float* out, float* probs, const AttnDims& d) override {
+    cpu::attention_fwd(qkv, out, probs, d);
   }
-  void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
-    cpu::rope_fwd(f32(qkv, "rope"), f32(out, "rope"), B, T, H, K, D, theta);
+  void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
+                bool repeat) override {
+    cpu::rope_fwd(f32(qkv, "rope"), f32(out, "rope"), B, T, H, K, D, f, repeat);
   }
-  void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
-    cpu::rope_bwd(f32(dout, "rope"), acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, theta);
+  void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
+                bool repeat) override {
+    cpu::rope_bwd(f32(dout, "rope"), acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, f, repeat);
   }
-  void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, int64_t B, int64_t T,
-                     int64_t C, int64_t H) override {
-    cpu::attention_bwd(qkv, probs, dout, acc_ptr(dqkv, B * T * 3 * C), B, T, C, H);
+  void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, const AttnDims& d) override {
+    cpu::attention_bwd(qkv, probs, dout, acc_ptr(dqkv, d.B * d.T * d.width()), d);
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
     for (int64_t i = 0; i < n; ++i)

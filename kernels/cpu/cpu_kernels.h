@@ -28,6 +28,32 @@ void mul_bwd(const float* a, const float* b, const float* dy, float* da, float* 
 void swiglu_fwd(const float* g, const float* u, float* y, int64_t n);
 void swiglu_bwd(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n);
 
+// GeGLU: y = gelu_tanh(g) * u (Gemma's MLP; transformers' gelu_pytorch_tanh).
+void geglu_fwd(const float* g, const float* u, float* y, int64_t n);
+void geglu_bwd(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n);
+
+// One-parameter pointwise maps, shared with CUDA: y = a x (an embedding scale), a tanh(x / a) (Gemma 2's logit
+// soft-capping), x + a (Gemma's (1 + w) norm weights).
+enum class Unary { Scale, Softcap, Shift };
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    inline float
+    unary_value(Unary op, float a, float x) {
+  return op == Unary::Scale ? a * x : op == Unary::Softcap ? a * tanhf(x / a) : x + a;
+}
+#ifdef __CUDACC__
+__host__ __device__
+#endif
+    inline float
+    unary_grad(Unary op, float a, float x) {
+  if (op != Unary::Softcap) return op == Unary::Scale ? a : 1.f;
+  const float t = tanhf(x / a);
+  return 1.f - t * t;
+}
+void unary_fwd(Unary op, float a, const float* x, float* y, int64_t n);
+void unary_bwd(Unary op, float a, const float* x, const float* dy, float* dx, int64_t n);
+
 enum class Act { Gelu, Relu, Silu };
 void act_fwd(Act act, const float* x, float* y, int64_t n);
 void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n);
@@ -40,29 +66,60 @@ void layernorm_bwd(const float* x, const float* w, const float* mean, const floa
 void rmsnorm_fwd(const float* x, const float* w, float* y, float* rstd, int64_t N, int64_t C, float eps);
 void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float* dy, float* dx, float* dw, int64_t N,
                  int64_t C);
+// RMSNorm of the q and k parts of packed qkv rows [N, (H + 2K) D] (v copied): per head with weights wq, wk [D]
+// (Qwen3, Gemma 3), or `full` over all q features (wq [H D]) and all k features (wk [K D]) (OLMo-2). rstd [N, G]
+// with G = H + K groups a row per head, 2 full.
+void qk_norm_fwd(const float* x, const float* wq, const float* wk, float* y, float* rstd, int64_t N, int64_t H,
+                 int64_t K, int64_t D, bool full, float eps);
+void qk_norm_bwd(const float* x, const float* wq, const float* wk, const float* rstd, const float* dy, float* dx,
+                 float* dwq, float* dwk, int64_t N, int64_t H, int64_t K, int64_t D, bool full);
 
-// Rotary embeddings (transformers' Llama: feature i of a head pairs with i + D/2; position t = row % T) from
-// packed qkv [B, T, (H + 2K) D] (q heads, then K key heads, then K value heads) to [B, T, 3 H D], the layout the
-// attention kernels read: q and k rotated, each key/value head repeated H / K times (grouped-query attention).
-// The angle of position t, pair i: t * inv_freq(i) as an f32 product, as transformers computes it, with inv_freq =
-// 1 / theta^(2i/D) rounded to f32 (from double, so the CPU and CUDA kernels get the same bits); a double for cos/sin.
+// Rotary embeddings (transformers' Llama: feature i of a head pairs with i + D/2; position t = row % T) on packed
+// qkv [B, T, (H + 2K) D] (q heads, then K key heads, then K value heads): q and k rotated, v copied. With `repeat`
+// the output is [B, T, 3 H D], each key/value head repeated H / K times (for attention kernels without grouped-query
+// heads); without, the output keeps the input's layout. The angle of position t, pair i: t * inv[i] as an f32
+// product, as transformers computes it; a double for cos/sin, each rounded to f32 and times `scale` (YaRN's
+// attention factor, else 1), so the CPU and CUDA kernels get the same bits.
+struct RopeFreqs {
+  static constexpr int kMaxPairs = 128;  // head size 256
+  float inv[kMaxPairs] = {};
+  float scale = 1.f;
+};
 #ifdef __CUDACC__
 __host__ __device__
 #endif
     inline double
-    rope_angle(int64_t t, int64_t i, int64_t D, float theta) {
-  const float inv = static_cast<float>(1.0 / ::pow(static_cast<double>(theta), static_cast<double>(2 * i) / D));
-  return static_cast<double>(static_cast<float>(t) * inv);
+    rope_angle(int64_t t, int64_t i, const RopeFreqs& f) {
+  return static_cast<double>(static_cast<float>(t) * f.inv[i]);
 }
-void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta);
-// dqkv += the gradient through rope_fwd of dout (a key/value head sums over its H / K copies).
-void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta);
+void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
+              bool repeat);
+// dqkv += the gradient through rope_fwd of dout (a repeated key/value head sums over its H / K copies).
+void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
+              const RopeFreqs& f, bool repeat);
 
-// Causal multi-head self-attention from packed qkv [B, T, 3C] to out [B, T, C];
-// probs [B, H, T, T] (the softmax) is saved for backward.
-void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H);
-void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, int64_t B, int64_t T,
-                   int64_t C, int64_t H);
+// Attention's sizes and options (the attention op's attributes). qkv [B, T, (H + 2K) D]: H query heads, then K
+// key heads, then K value heads, D features each, heads contiguous; out [B, T, H D]. Query head h reads key/value
+// head h / (H / K) in place (grouped-query attention; K = H: multi-head). scale multiplies q.k; window > 0: query t
+// sees key s iff s <= t and t - s < window (sliding window; 0: every s <= t); softcap > 0: the score is
+// softcap * tanh(scale q.k / softcap) (Gemma 2), before the mask and the softmax.
+struct AttnDims {
+  int64_t B = 0, T = 0, H = 0, K = 0, D = 0;
+  float scale = 0.f;
+  int64_t window = 0;
+  float softcap = 0.f;
+  int64_t width() const { return (H + 2 * K) * D; }  // a qkv row
+  int64_t out_width() const { return H * D; }        // an output row
+  int64_t rep() const { return H / K; }              // query heads per key/value head
+  // The first key query t sees.
+  int64_t first_key(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
+};
+
+// Causal self-attention (AttnDims) from qkv to out; probs [B, H, T, T] (the softmax, zero where masked) is saved
+// for backward.
+void attention_fwd(const float* qkv, float* out, float* probs, const AttnDims& d);
+// dqkv += the gradient of qkv (softcap: the scores are recomputed from qkv).
+void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, const AttnDims& d);
 
 // out[n, :] = table[ids[n], :]  (ids already range-checked).
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C);

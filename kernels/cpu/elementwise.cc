@@ -128,3 +128,37 @@ bool all_finite(const float* x, int64_t n) {
 }
 
 }  // namespace zerorun::kernels::cpu
+
+namespace zerorun::kernels::cpu {
+
+// GeGLU (Gemma's MLP): y = gelu_tanh(g) * u. Backward: dg += dy u gelu'(g), du += dy gelu(g).
+void geglu_fwd(const float* g, const float* u, float* y, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = g[i];
+    y[i] = 0.5f * v * (1.f + std::tanh(kGeluC * (v + 0.044715f * v * v * v))) * u[i];
+  }
+}
+
+void geglu_bwd(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = g[i], t = std::tanh(kGeluC * (v + 0.044715f * v * v * v));
+    if (dg)
+      dg[i] += dy[i] * u[i] * (0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * kGeluC * (1.f + 3.f * 0.044715f * v * v));
+    if (du) du[i] += dy[i] * 0.5f * v * (1.f + t);
+  }
+}
+
+// One-parameter pointwise maps: y = a x (Scale), a tanh(x / a) (Softcap), x + a (Shift).
+void unary_fwd(Unary op, float a, const float* x, float* y, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = unary_value(op, a, x[i]);
+}
+
+void unary_bwd(Unary op, float a, const float* x, const float* dy, float* dx, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * unary_grad(op, a, x[i]);
+}
+
+}  // namespace zerorun::kernels::cpu

@@ -98,3 +98,76 @@ void rmsnorm_bwd(const float* x, const float* w, const float* rstd, const float*
 }
 
 }  // namespace zerorun::kernels::cpu
+
+namespace zerorun::kernels::cpu {
+
+namespace {
+// Group g of a packed qkv row under qk_norm: its first feature, size and weight.
+struct QkGroup {
+  int64_t off, size;
+  const float* w;
+};
+inline QkGroup qk_group(int64_t g, int64_t H, int64_t K, int64_t D, bool full, const float* wq, const float* wk) {
+  if (full) return g == 0 ? QkGroup{0, H * D, wq} : QkGroup{H * D, K * D, wk};
+  return {g * D, D, g < H ? wq : wk};
+}
+}  // namespace
+
+void qk_norm_fwd(const float* x, const float* wq, const float* wk, float* y, float* rstd, int64_t N, int64_t H,
+                 int64_t K, int64_t D, bool full, float eps) {
+  const int64_t W = (H + 2 * K) * D, G = full ? 2 : H + K;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* xr = x + n * W;
+    float* yr = y + n * W;
+    for (int64_t g = 0; g < G; ++g) {
+      const QkGroup q = qk_group(g, H, K, D, full, wq, wk);
+      double ss = 0.0;
+      for (int64_t c = 0; c < q.size; ++c) ss += static_cast<double>(xr[q.off + c]) * xr[q.off + c];
+      const float rs = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(q.size) + eps));
+      for (int64_t c = 0; c < q.size; ++c) yr[q.off + c] = xr[q.off + c] * rs * q.w[c];
+      rstd[n * G + g] = rs;
+    }
+    for (int64_t c = (H + K) * D; c < W; ++c) yr[c] = xr[c];  // v
+  }
+}
+
+void qk_norm_bwd(const float* x, const float* wq, const float* wk, const float* rstd, const float* dy, float* dx,
+                 float* dwq, float* dwk, int64_t N, int64_t H, int64_t K, int64_t D, bool full) {
+  const int64_t W = (H + 2 * K) * D, G = full ? 2 : H + K;
+  if (dx) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      const float *xr = x + n * W, *dr = dy + n * W;
+      float* o = dx + n * W;
+      for (int64_t g = 0; g < G; ++g) {
+        const QkGroup q = qk_group(g, H, K, D, full, wq, wk);
+        const float rs = rstd[n * G + g];
+        double s = 0.0;  // mean(dy * w * xhat)
+        for (int64_t c = 0; c < q.size; ++c) s += dr[q.off + c] * q.w[c] * xr[q.off + c] * rs;
+        const float m = static_cast<float>(s / static_cast<double>(q.size));
+        for (int64_t c = 0; c < q.size; ++c) o[q.off + c] += (dr[q.off + c] * q.w[c] - xr[q.off + c] * rs * m) * rs;
+      }
+      for (int64_t c = (H + K) * D; c < W; ++c) o[c] += dr[c];
+    }
+  }
+  // Each weight feature sums over rows and the groups it scales (in row, then group order): parallel over features.
+  for (int side = 0; side < 2; ++side) {
+    float* dw = side == 0 ? dwq : dwk;
+    if (!dw) continue;
+    const int64_t size = full ? (side == 0 ? H : K) * D : D;
+    const int64_t g0 = full ? side : (side == 0 ? 0 : H), g1 = full ? side + 1 : (side == 0 ? H : H + K);
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < size; ++c) {
+      float s = 0.f;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t g = g0; g < g1; ++g) {
+          const int64_t i = n * W + qk_group(g, H, K, D, full, wq, wk).off + c;
+          s += dy[i] * x[i] * rstd[n * G + g];
+        }
+      dw[c] += s;
+    }
+  }
+}
+
+}  // namespace zerorun::kernels::cpu

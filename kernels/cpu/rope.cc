@@ -1,7 +1,8 @@
 // Rotary position embeddings (RoPE) on packed q/k/v, as transformers' Llama
-// computes them (rotate_half: feature i pairs with i + D/2), with grouped-query
-// attention's key/value heads repeated for the attention kernels. Forward and
-// backward side by side; the angles are rope_angle()'s, shared with CUDA.
+// computes them (rotate_half: feature i pairs with i + D/2), optionally with
+// grouped-query attention's key/value heads repeated for attention kernels
+// that read them so. Forward and backward side by side; the angles are
+// rope_angle()'s over the op's frequency table, shared with CUDA.
 #include <cmath>
 #include <vector>
 
@@ -10,35 +11,38 @@
 namespace zerorun::kernels::cpu {
 
 namespace {
-// cos and sin of t * inv_freq(i) for t < T, i < D/2: [T, D/2] each.
-void rope_tables(int64_t T, int64_t D, float theta, std::vector<float>& cs, std::vector<float>& sn) {
+// cos and sin of t * inv[i] for t < T, i < D/2 (times f.scale): [T, D/2] each.
+void rope_tables(int64_t T, int64_t D, const RopeFreqs& f, std::vector<float>& cs, std::vector<float>& sn) {
   const int64_t half = D / 2;
   cs.resize(static_cast<size_t>(T * half));
   sn.resize(cs.size());
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < half; ++i) {
-      const double a = rope_angle(t, i, D, theta);
-      cs[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(a));
-      sn[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(a));
+      const double a = rope_angle(t, i, f);
+      cs[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(a)) * f.scale;
+      sn[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(a)) * f.scale;
     }
 }
 // f(row, cos, sin) for every row r < B*T (position r % T) in parallel, with that position's [D/2] tables.
 template <class F>
-void each_row(int64_t B, int64_t T, int64_t D, float theta, F f) {
+void each_row(int64_t B, int64_t T, int64_t D, const RopeFreqs& freqs, F f) {
   std::vector<float> cs, sn;
-  rope_tables(T, D, theta, cs, sn);
+  rope_tables(T, D, freqs, cs, sn);
   const int64_t half = D / 2;
 #pragma omp parallel for schedule(static)
   for (int64_t r = 0; r < B * T; ++r) f(r, cs.data() + (r % T) * half, sn.data() + (r % T) * half);
 }
 }  // namespace
 
-void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) {
-  const int64_t half = D / 2, rep = H / K, in_w = (H + 2 * K) * D, out_w = 3 * H * D;
-  each_row(B, T, D, theta, [&](int64_t r, const float* c, const float* s) {
+void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
+              bool repeat) {
+  // Output heads: H q, then Ko k, then Ko v (Ko = H repeated, else K); output k/v head j reads input head j / rep.
+  const int64_t half = D / 2, rep = repeat ? H / K : 1, Ko = repeat ? H : K, in_w = (H + 2 * K) * D,
+                out_w = (H + 2 * Ko) * D;
+  each_row(B, T, D, f, [&](int64_t r, const float* c, const float* s) {
     const float* x = qkv + r * in_w;
     float* y = out + r * out_w;
-    for (int64_t j = 0; j < 2 * H; ++j) {  // q heads, then the (repeated) k heads: rotated
+    for (int64_t j = 0; j < H + Ko; ++j) {  // q heads, then the (repeated) k heads: rotated
       const float* src = j < H ? x + j * D : x + (H + (j - H) / rep) * D;
       float* dst = y + j * D;
       for (int64_t i = 0; i < half; ++i) {
@@ -47,16 +51,18 @@ void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int
         dst[i + half] = b * c[i] + a * s[i];
       }
     }
-    for (int64_t j = 0; j < H; ++j) {  // v heads: copied
+    for (int64_t j = 0; j < Ko; ++j) {  // v heads: copied
       const float* src = x + (H + K + j / rep) * D;
-      for (int64_t i = 0; i < D; ++i) y[(2 * H + j) * D + i] = src[i];
+      for (int64_t i = 0; i < D; ++i) y[(H + Ko + j) * D + i] = src[i];
     }
   });
 }
 
-void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) {
-  const int64_t half = D / 2, rep = H / K, in_w = (H + 2 * K) * D, out_w = 3 * H * D;
-  each_row(B, T, D, theta, [&](int64_t r, const float* c, const float* s) {
+void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
+              bool repeat) {
+  const int64_t half = D / 2, rep = repeat ? H / K : 1, Ko = repeat ? H : K, in_w = (H + 2 * K) * D,
+                out_w = (H + 2 * Ko) * D;
+  each_row(B, T, D, f, [&](int64_t r, const float* c, const float* s) {
     const float* g = dout + r * out_w;
     float* dx = dqkv + r * in_w;
     // The transpose of the rotation, summed over the output heads each input head feeds (in head order).
@@ -78,7 +84,7 @@ void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, i
       float* dst = dx + (H + K + j) * D;
       for (int64_t i = 0; i < D; ++i) {
         float d = 0.f;
-        for (int64_t k = j * rep; k < (j + 1) * rep; ++k) d += g[(2 * H + k) * D + i];
+        for (int64_t k = j * rep; k < (j + 1) * rep; ++k) d += g[(H + Ko + k) * D + i];
         dst[i] += d;
       }
     }

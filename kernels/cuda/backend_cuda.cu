@@ -20,6 +20,7 @@
 #include "kernels/backend.h"
 #include "kernels/optim_math.h"
 #include "lt_gemm.h"
+#include "qk_norm.h"
 #include "rope.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/profile.h"
@@ -278,6 +279,13 @@ struct SwiGluF {  // silu(g) * u
     const float s = 1.f / (1.f + expf(-g));
     dg = dy * u * s * (1.f + g * (1.f - s));
     du = dy * g * s;
+  }
+};
+struct GeGluF {  // gelu_tanh(g) * u
+  __device__ float operator()(float g, float u) const { return ActF<0>{}(g, 0.f) * u; }
+  __device__ void grad(float g, float u, float dy, float& dg, float& du) const {
+    dg = dy * u * act_grad<0>(g);
+    du = dy * ActF<0>{}(g, 0.f);
   }
 };
 template <class F>
@@ -771,26 +779,33 @@ void ln_fwd(const float* x, const float* w, const float* b, Y* y, float* mean, f
 }
 
 // ---- attention helpers: warp per row of [rows, T] ---------------------------------
-__global__ void k_causal_softmax(float* P, int64_t rows, int64_t T) {
+// Row t's scores s0(t) .. t (the sliding window's first key, or 0) soft-capped where asked, then the softmax; zeros
+// elsewhere.
+__global__ void k_causal_softmax(float* P, int64_t rows, int64_t T, int64_t window, float softcap) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
-  int64_t t = row % T;
+  int64_t t = row % T, s0 = window > 0 && t >= window ? t - window + 1 : 0;
   float* p = P + row * T;
   float mx = -INFINITY;
-  for (int64_t s = lane; s <= t; s += 32) mx = fmaxf(mx, p[s]);
+  for (int64_t s = s0 + lane; s <= t; s += 32) {
+    if (softcap > 0.f) p[s] = softcap * tanhf(p[s] / softcap);
+    mx = fmaxf(mx, p[s]);
+  }
   mx = warp_max(mx);
   float sum = 0.f;
-  for (int64_t s = lane; s <= t; s += 32) {
+  for (int64_t s = s0 + lane; s <= t; s += 32) {
     float e = expf(p[s] - mx);
     p[s] = e;
     sum += e;
   }
   float inv = 1.f / warp_sum(sum);
-  for (int64_t s = lane; s < T; s += 32) p[s] = s <= t ? p[s] * inv : 0.f;
+  for (int64_t s = lane; s < T; s += 32) p[s] = s >= s0 && s <= t ? p[s] * inv : 0.f;
 }
-// dS = P * (dP - rowsum(P * dP)) * scale, in place over dP.
-__global__ void k_softmax_bwd(const float* P, float* dP, int64_t rows, int64_t T, float scale) {
+// dS = P * (dP - rowsum(P * dP)) * scale (times the soft-cap's derivative 1 - tanh^2(S / softcap), S the scaled
+// scores, where softcap > 0), in place over dP.
+__global__ void k_softmax_bwd(const float* P, float* dP, const float* S, int64_t rows, int64_t T, float scale,
+                              float softcap) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
@@ -799,6 +814,14 @@ __global__ void k_softmax_bwd(const float* P, float* dP, int64_t rows, int64_t T
   float dot = 0.f;
   for (int64_t s = lane; s < T; s += 32) dot += p[s] * d[s];
   dot = warp_sum(dot);
+  if (softcap > 0.f) {
+    const float* x = S + row * T;
+    for (int64_t s = lane; s < T; s += 32) {
+      const float th = tanhf(x[s] / softcap);
+      d[s] = p[s] * (d[s] - dot) * (1.f - th * th) * scale;
+    }
+    return;
+  }
   for (int64_t s = lane; s < T; s += 32) d[s] = p[s] * (d[s] - dot) * scale;
 }
 
@@ -1327,7 +1350,7 @@ class CudaBackend : public Backend {
   bool activations16() const override { return mm_ != DType::F32; }
   bool fuses_gelu() const override { return mm_ != DType::F32; }
   bool fuses_residual() const override { return mm_ != DType::F32; }
-  bool attention16(int64_t hs) const override { return tensor_core_attention(hs); }
+  bool attention16(const AttnDims& d) const override { return tensor_core_attention(d); }
   void act_fwd16(Act act, Src x, Dst y, int64_t n) override {
     const bool bf = mm_ == DType::BF16;
     switch (act) {
@@ -1378,6 +1401,26 @@ class CudaBackend : public Backend {
   void swiglu_fwd(Src g, Src u, Dst y, int64_t n) override { pair_fwd(SwiGluF{}, g, u, y, n, mm_ == DType::BF16); }
   void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) override {
     pair_bwd(SwiGluF{}, g, u, dy, dg, du, n, mm_ == DType::BF16);
+  }
+  void geglu_fwd(Src g, Src u, Dst y, int64_t n) override { pair_fwd(GeGluF{}, g, u, y, n, mm_ == DType::BF16); }
+  void geglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) override {
+    pair_bwd(GeGluF{}, g, u, dy, dg, du, n, mm_ == DType::BF16);
+  }
+  void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) override {
+    qk::unary_fwd(op, a, x, y, n, cuda::stream());
+  }
+  void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) override {
+    ZR_CHECK(!dx.h, "unary ops take f32 gradients");
+    if (dx.p) qk::unary_bwd(op, a, x, dy, dx.p, dx.acc, n, cuda::stream());
+  }
+  void qk_norm_fwd(const float* x, const float* wq, const float* wk, float* y, float* rstd, int64_t N, int64_t H,
+                   int64_t K, int64_t D, bool full, float eps) override {
+    qk::norm_fwd(x, wq, wk, y, rstd, N, H, K, D, full, eps, cuda::stream());
+  }
+  void qk_norm_bwd(const float* x, const float* wq, const float* wk, const float* rstd, const float* dy, Grad dx,
+                   float* dwq, float* dwk, int64_t N, int64_t H, int64_t K, int64_t D, bool full) override {
+    ZR_CHECK(!dx.h, "qk_norm takes an f32 gradient");
+    qk::norm_bwd(x, wq, wk, rstd, dy, dx.p, dx.acc, dwq, dwk, N, H, K, D, full, cuda::stream());
   }
   void mul_fwd(Src a, Src b, Dst y, int64_t n) override { pair_fwd(MulF{}, a, b, y, n, mm_ == DType::BF16); }
   void mul_bwd(Src a, Src b, Src dy, Grad da, Grad db, int64_t n) override {
@@ -1445,78 +1488,94 @@ class CudaBackend : public Backend {
                      int64_t N, int64_t C) override {
     norm_bwd(x, w, nullptr, rstd, dy, dx, dw, nullptr, N, C, mm_ == DType::BF16);
   }
-  void attention_fwd(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t C, int64_t H) override {
-    const int64_t hs = C / H, C3 = 3 * C, TT = T * T;
-    const float scale = 1.f / std::sqrt(static_cast<float>(hs));
-    for (int64_t b = 0; b < B; ++b) {
-      const float* q = qkv + b * T * C3;
+  // Grouped-query heads in place: query heads g * rep + r (r fixed, g = 0 .. K-1) over key/value heads g are one
+  // strided batch of K products per r (K = H: one batch of H, as multi-head attention).
+  void attention_fwd(const float* qkv, float* out, float* probs, const AttnDims& d) override {
+    const int64_t T = d.T, D = d.D, W = d.width(), O = d.out_width(), TT = T * T, H = d.H, K = d.K, rep = d.rep();
+    for (int64_t b = 0; b < d.B; ++b) {
+      const float* x = qkv + b * T * W;
       float* P = probs + b * H * TT;
-      gemm_strided(false, true, T, T, hs, scale, q, C3, hs, q + C, C3, hs, 0.f, P, T, TT, H);
+      for (int64_t r = 0; r < rep; ++r)
+        gemm_strided(false, true, T, T, D, d.scale, x + r * D, W, rep * D, x + H * D, W, D, 0.f, P + r * TT, T,
+                     rep * TT, K);
     }
-    k_causal_softmax<<<rows_grid(B * H * T), kTpb, 0, cuda::stream()>>>(probs, B * H * T, T);
+    k_causal_softmax<<<rows_grid(d.B * H * T), kTpb, 0, cuda::stream()>>>(probs, d.B * H * T, T, d.window,
+                                                                            d.softcap);
     ZR_CUDA(cudaGetLastError());
-    for (int64_t b = 0; b < B; ++b) {
-      const float* q = qkv + b * T * C3;
-      gemm_strided(false, false, T, hs, T, 1.f, probs + b * H * TT, T, TT, q + 2 * C, C3, hs, 0.f, out + b * T * C, C,
-                   hs, H);
+    for (int64_t b = 0; b < d.B; ++b) {
+      const float* x = qkv + b * T * W;
+      for (int64_t r = 0; r < rep; ++r)
+        gemm_strided(false, false, T, D, T, 1.f, probs + b * H * TT + r * TT, T, rep * TT, x + (H + K) * D, W, D, 0.f,
+                     out + b * T * O + r * D, O, rep * D, K);
     }
   }
-  void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv_g, int64_t B, int64_t T,
-                     int64_t C, int64_t H) override {
-    float* dqkv = zeroed_unless_acc(dqkv_g, B * T * 3 * C);  // the products below accumulate
-    const int64_t hs = C / H, C3 = 3 * C, TT = T * T;
-    const float scale = 1.f / std::sqrt(static_cast<float>(hs));
+  void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv_g, const AttnDims& d) override {
+    const int64_t T = d.T, D = d.D, W = d.width(), O = d.out_width(), TT = T * T, H = d.H, K = d.K, rep = d.rep();
+    float* dqkv = zeroed_unless_acc(dqkv_g, d.B * T * W);  // the products below accumulate
     DevBuf<float> dP(static_cast<size_t>(H * TT));
-    for (int64_t b = 0; b < B; ++b) {
-      const float* q = qkv + b * T * C3;
+    DevBuf<float> S = d.softcap > 0.f ? DevBuf<float>(static_cast<size_t>(H * TT)) : DevBuf<float>();
+    for (int64_t b = 0; b < d.B; ++b) {
+      const float* x = qkv + b * T * W;
       const float* P = probs + b * H * TT;
-      const float* dO = dout + b * T * C;
-      float* dq = dqkv + b * T * C3;
-      gemm_strided(false, true, T, T, hs, 1.f, dO, C, hs, q + 2 * C, C3, hs, 0.f, dP.p, T, TT, H);  // dP = dO V^T
-      gemm_strided(true, false, T, hs, T, 1.f, P, T, TT, dO, C, hs, 1.f, dq + 2 * C, C3, hs, H);    // dV += P^T dO
-      k_softmax_bwd<<<rows_grid(H * T), kTpb, 0, cuda::stream()>>>(P, dP.p, H * T, T, scale);
+      const float* dO = dout + b * T * O;
+      float* dx = dqkv + b * T * W;
+      for (int64_t r = 0; r < rep; ++r) {
+        gemm_strided(false, true, T, T, D, 1.f, dO + r * D, O, rep * D, x + (H + K) * D, W, D, 0.f, dP.p + r * TT, T,
+                     rep * TT, K);  // dP = dO V^T
+        gemm_strided(true, false, T, D, T, 1.f, P + r * TT, T, rep * TT, dO + r * D, O, rep * D, 1.f,
+                     dx + (H + K) * D, W, D, K);  // dV += P^T dO
+        if (S.p)  // the scaled scores again, for the soft-cap's derivative
+          gemm_strided(false, true, T, T, D, d.scale, x + r * D, W, rep * D, x + H * D, W, D, 0.f, S.p + r * TT, T,
+                       rep * TT, K);
+      }
+      k_softmax_bwd<<<rows_grid(H * T), kTpb, 0, cuda::stream()>>>(P, dP.p, S.p, H * T, T, d.scale, d.softcap);
       ZR_CUDA(cudaGetLastError());
-      gemm_strided(false, false, T, hs, T, 1.f, dP.p, T, TT, q + C, C3, hs, 1.f, dq, C3, hs, H);  // dQ += dS K
-      gemm_strided(true, false, T, hs, T, 1.f, dP.p, T, TT, q, C3, hs, 1.f, dq + C, C3, hs, H);   // dK += dS^T Q
+      for (int64_t r = 0; r < rep; ++r) {
+        gemm_strided(false, false, T, D, T, 1.f, dP.p + r * TT, T, rep * TT, x + H * D, W, D, 1.f, dx + r * D, W,
+                     rep * D, K);  // dQ += dS K
+        gemm_strided(true, false, T, D, T, 1.f, dP.p + r * TT, T, rep * TT, x + r * D, W, rep * D, 1.f, dx + H * D, W,
+                     D, K);  // dK += dS^T Q
+      }
     }
   }
-  void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
-    rope::forward({qkv.p, qkv.h}, {out.p, out.h}, mm_ == DType::BF16, B, T, H, K, D, theta, cuda::stream());
+  void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
+                bool repeat) override {
+    rope::forward({qkv.p, qkv.h}, {out.p, out.h}, mm_ == DType::BF16, B, T, H, K, D, f, repeat, cuda::stream());
   }
-  void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta) override {
+  void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
+                bool repeat) override {
     if (dqkv)
-      rope::backward({dout.p, dout.h}, {dqkv.p, dqkv.h}, dqkv.acc, mm_ == DType::BF16, B, T, H, K, D, theta,
+      rope::backward({dout.p, dout.h}, {dqkv.p, dqkv.h}, dqkv.acc, mm_ == DType::BF16, B, T, H, K, D, f, repeat,
                      cuda::stream());
   }
-  bool has_flash_attention(int64_t head_size) const override { return flash::supported(head_size); }
-  void flash_attention_fwd(Src qkv, Dst out, float* lse, int64_t B, int64_t T, int64_t C, int64_t H) override {
-    const int64_t n3 = B * T * 3 * C, n = B * T * C;
-    if (tensor_core_attention(C / H)) {  // 16-bit operands: an f32 qkv is rounded first
+  bool has_flash_attention(const AttnDims& d) const override { return flash::supported(d); }
+  void flash_attention_fwd(Src qkv, Dst out, float* lse, const AttnDims& d) override {
+    const int64_t n3 = d.B * d.T * d.width(), n = d.B * d.T * d.out_width();
+    if (tensor_core_attention(d)) {  // 16-bit operands: an f32 qkv is rounded first
       Half q16 = qkv.h ? Half() : to16(qkv.p, n3);
-      flash::tc_forward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, B, T, C, H);
+      flash::tc_forward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, d);
       return;
     }
     DevBuf<float> qf = widened(qkv, n3), of = out.h ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
-    flash::forward(qkv.h ? qf.p : qkv.p, out.h ? of.p : out.p, lse, B, T, C, H);
+    flash::forward(qkv.h ? qf.p : qkv.p, out.h ? of.p : out.p, lse, d);
     if (out.h) round16(of.p, out.h, n);
   }
-  void flash_attention_bwd(Src qkv, Src out, const float* lse, Src dout, Grad dqkv, int64_t B, int64_t T, int64_t C,
-                           int64_t H) override {
-    const int64_t n3 = B * T * 3 * C, n = B * T * C;
-    DevBuf<float> delta(static_cast<size_t>(B * H * T), false);
-    if (tensor_core_attention(C / H)) {
+  void flash_attention_bwd(Src qkv, Src out, const float* lse, Src dout, Grad dqkv, const AttnDims& d) override {
+    const int64_t n3 = d.B * d.T * d.width(), n = d.B * d.T * d.out_width();
+    DevBuf<float> delta(static_cast<size_t>(d.B * d.H * d.T), false);
+    if (tensor_core_attention(d)) {
       Half q16 = qkv.h ? Half() : to16(qkv.p, n3), d16 = dout.h ? Half() : to16(dout.p, n);
       const bool atomics = attn_atomics_ && !deterministic_;
       DevBuf<float> dq_acc = atomics ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
       flash::tc_backward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, dout.h ? dout.h : d16.p, dqkv.p,
-                         dqkv.h, dqkv.acc, delta.p, dq_acc.p, B, T, C, H);
+                         dqkv.h, dqkv.acc, delta.p, dq_acc.p, d);
       return;
     }
     DevBuf<float> qf = widened(qkv, n3), of = widened(out, n), df = widened(dout, n);
-    float* d = dqkv.h ? nullptr : zeroed_unless_acc(dqkv, n3);
+    float* dp = dqkv.h ? nullptr : zeroed_unless_acc(dqkv, n3);
     DevBuf<float> d32 = dqkv.h ? DevBuf<float>(static_cast<size_t>(n3)) : DevBuf<float>();
-    flash::backward(qkv.h ? qf.p : qkv.p, out.h ? of.p : out.p, lse, dout.h ? df.p : dout.p, dqkv.h ? d32.p : d,
-                    delta.p, B, T, C, H);
+    flash::backward(qkv.h ? qf.p : qkv.p, out.h ? of.p : out.p, lse, dout.h ? df.p : dout.p, dqkv.h ? d32.p : dp,
+                    delta.p, d);
     if (dqkv.h) round16(d32.p, dqkv.h, n3);
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
@@ -1822,7 +1881,7 @@ class CudaBackend : public Backend {
     return f;
   }
   // 16-bit runs use the tensor-core kernels where the head size allows.
-  bool tensor_core_attention(int64_t hs) const { return mm_ != DType::F32 && flash::tc_supported(hs); }
+  bool tensor_core_attention(const AttnDims& d) const { return mm_ != DType::F32 && flash::tc_supported(d); }
   double sum_sq(const float* a, const float* b, int64_t n) {
     if (!n) return 0.0;
     const unsigned g = std::min<unsigned>(grid_for(n), 1024);

@@ -1,31 +1,37 @@
-// Launchers of the flash-style causal attention kernels (flash_attention.cu).
+// Launchers of the flash-style causal attention kernels (flash_attention.cu, flash_attention_tc.cu). Sizes and
+// options as cpu::AttnDims: qkv [B, T, (H + 2K) D] (query heads, key heads, value heads), out [B, T, H D], lse
+// [B, H, T]; grouped-query key/value heads read in place, a scale, a sliding window, soft-capping.
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/cpu_kernels.h"
+
 namespace zerorun::kernels::flash {
-bool supported(int64_t head_size);
-// qkv [B, T, 3C] -> out [B, T, C], lse [B, H, T].
-void forward(const float* qkv, float* out, float* lse, int64_t B, int64_t T, int64_t C, int64_t H);
+using cpu::AttnDims;
+
+// fp32 kernels: head sizes up to 256.
+bool supported(const AttnDims& d);
+void forward(const float* qkv, float* out, float* lse, const AttnDims& d);
 // Accumulates into dqkv; `delta` is scratch of B*H*T floats.
 void backward(const float* qkv, const float* out, const float* lse, const float* dout, float* dqkv, float* delta,
-              int64_t B, int64_t T, int64_t C, int64_t H);
+              const AttnDims& d);
 
-// Tensor-core variant for 16-bit runs (flash_attention_tc.cu): bf16 (or fp16)
-// operands, fp32 accumulation; head size 64 only. qkv [B, T, 3C] in 16 bits;
-// the output in f32 (out) or 16 bits (out16, out null).
-bool tc_supported(int64_t head_size);
-// cfg: the forward's tiling (bench/attn_probe.cc sweeps 0 .. tc_forward_configs() - 1; training uses 0).
-void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int64_t B, int64_t T,
-                int64_t C, int64_t H, int cfg = 0);
-int tc_forward_configs();
-const char* tc_forward_config_name(int cfg);
-// dout [B, T, C] in 16 bits; the forward's output in out or out16. The qkv gradient is added into
-// (acc) or written over dqkv, or (dqkv16 non-null, dqkv null) written in 16 bits. `delta`: B*H*T floats of scratch.
-// dq_acc non-null (B*T*C floats of scratch): one kernel of five products, dQ summed with atomics (faster, not
+// Tensor-core variant for 16-bit runs (flash_attention_tc.cu): bf16 (or fp16) operands, fp32 accumulation; head
+// sizes tc_head_sizes() lists. qkv in 16 bits; the output in f32 (out) or 16 bits (out16, out null).
+bool tc_supported(const AttnDims& d);
+const char* tc_head_sizes();  // "64, 80, 96, 128, 256"
+// cfg: the forward's tiling (bench/attn_probe.cc sweeps 0 .. tc_forward_configs(D) - 1; training uses 0).
+void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, const AttnDims& d,
+                int cfg = 0);
+int tc_forward_configs(int64_t head_size);
+const char* tc_forward_config_name(int64_t head_size, int cfg);
+// dout [B, T, H D] in 16 bits; the forward's output in out or out16. The qkv gradient is added into (acc) or
+// written over dqkv, or (dqkv16 non-null, dqkv null) written in 16 bits. `delta`: B*H*T floats of scratch.
+// dq_acc non-null (B*T*H*D floats of scratch): one kernel of five products, dQ summed with atomics (faster, not
 // bitwise reproducible); null: a dK/dV kernel and a dQ kernel, seven products, no atomics, same bits every run.
-// cfg: the one-kernel path's variant (the probe sweeps 0 .. tc_backward_configs() - 1; training uses 0).
+// cfg: the one-kernel path's variant (the probe sweeps 0 .. tc_backward_configs(D) - 1; training uses 0).
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
-                 const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int64_t B,
-                 int64_t T, int64_t C, int64_t H, int cfg = 0);
-int tc_backward_configs();
+                 const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc,
+                 const AttnDims& d, int cfg = 0);
+int tc_backward_configs(int64_t head_size);
 }  // namespace zerorun::kernels::flash

@@ -919,10 +919,13 @@ void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 }  // namespace
 
-bool tc_supported(int64_t head_size) { return head_size == HS; }
-int tc_forward_configs() { return kFwdCfgs; }
-int tc_backward_configs() { return kBwdCfgs; }
-const char* tc_forward_config_name(int cfg) {
+bool tc_supported(const AttnDims& d) {
+  return d.D == HS && d.K == d.H && d.window == 0 && d.softcap == 0.f && d.scale == kInvSqrtHs;
+}
+const char* tc_head_sizes() { return "64"; }
+int tc_forward_configs(int64_t) { return kFwdCfgs; }
+int tc_backward_configs(int64_t) { return kBwdCfgs; }
+const char* tc_forward_config_name(int64_t, int cfg) {
   static const char* names[kFwdCfgs] = {"32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM, longest first",
                                         "32 rows/warp, 4 warps, 64 keys",
                                         "16 rows/warp, 8 warps, 128 keys",
@@ -939,11 +942,11 @@ const char* tc_forward_config_name(int cfg) {
   return cfg >= 0 && cfg < kFwdCfgs ? names[cfg] : "?";
 }
 
-void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int64_t B, int64_t T,
-                int64_t C, int64_t H, int cfg) {
-  ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
+void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, const AttnDims& d, int cfg) {
+  ZR_CHECK(tc_supported(d), "tensor-core attention needs head size ", HS, ", got ", d.D);
   ZR_CHECK(aligned(qkv, 16) && aligned(out ? (const void*)out : out16, 8),
            "tensor-core attention needs 16-byte aligned qkv and an 8-byte aligned output");
+  const int64_t B = d.B, T = d.T, C = d.H * d.D, H = d.H;
   if (B * T == 0) return;
   if (bf16)
     fwd_e<true>(cfg, qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
@@ -952,11 +955,12 @@ void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, flo
 }
 
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
-                 const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int64_t B,
-                 int64_t T, int64_t C, int64_t H, int cfg) {
-  ZR_CHECK(tc_supported(C / H), "tensor-core attention needs head size ", HS, ", got ", C / H);
+                 const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc,
+                 const AttnDims& d, int cfg) {
+  ZR_CHECK(tc_supported(d), "tensor-core attention needs head size ", HS, ", got ", d.D);
   ZR_CHECK(aligned(qkv, 16) && aligned(dout, 16) && aligned(out ? (const void*)out : out16, 16),
            "tensor-core attention needs 16-byte aligned qkv, output and output gradient");
+  const int64_t B = d.B, T = d.T, C = d.H * d.D, H = d.H;
   if (B * T == 0) return;
   if (bf16)
     bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H, cfg);

@@ -1,5 +1,6 @@
 // Rotary position embeddings on the GPU: a [T, D/2] cos/sin table per call
-// (double-precision cos/sin of cpu::rope_angle, so the CPU op's bits), then
+// (double-precision cos/sin of cpu::rope_angle over the op's frequencies,
+// passed by value, so the CPU op's bits), then
 // a block per token and a thread per feature pair of the output (forward) or of
 // the input (backward: a key/value head sums its H / K copies in head order, no
 // atomics); each side f32 or 16-bit storage (bf16/fp16 runs), computed in f32.
@@ -16,17 +17,18 @@ constexpr int kTpb = 256;
 unsigned blocks(int64_t n) { return static_cast<unsigned>(std::min<int64_t>((n + kTpb - 1) / kTpb, 65535 * 8)); }
 // The kernels index within a row in 32 bits.
 void check_row(int64_t T, int64_t H, int64_t K, int64_t D) {
-  ZR_CHECK(T < (int64_t{1} << 31) && (3 * H + 2 * K) * D < (int64_t{1} << 31), "rope: a row of ", (3 * H + 2 * K) * D,
-           " features or a length of ", T, " is beyond the CUDA kernels' 32-bit row indexing");
+  ZR_CHECK(T < (int64_t{1} << 31) && (3 * H + 2 * K) * D < (int64_t{1} << 31) && D / 2 <= cpu::RopeFreqs::kMaxPairs,
+           "rope: a row of ", (3 * H + 2 * K) * D, " features or a length of ", T,
+           " is beyond the CUDA kernels' 32-bit row indexing");
 }
 unsigned row_blocks(int64_t rows) { return static_cast<unsigned>(std::min<int64_t>(rows, int64_t{1} << 20)); }
 
-__global__ void k_table(float2* cs, int64_t T, int64_t D, float theta) {
+__global__ void k_table(float2* cs, int64_t T, int64_t D, const cpu::RopeFreqs f) {
   const int64_t half = D / 2;
   for (int64_t k = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; k < T * half; k += (int64_t)gridDim.x * blockDim.x) {
     double s, c;
-    sincos(cpu::rope_angle(k / half, k % half, D, theta), &s, &c);
-    cs[k] = make_float2(static_cast<float>(c), static_cast<float>(s));
+    sincos(cpu::rope_angle(k / half, k % half, f), &s, &c);
+    cs[k] = make_float2(static_cast<float>(c) * f.scale, static_cast<float>(s) * f.scale);
   }
 }
 
@@ -41,16 +43,19 @@ __device__ inline void st(Out a, bool bf, int64_t i, float v, bool acc) {
 // A block per row (token) of the grid-stride loop over rows, its threads over the row's feature pairs: the pair's
 // head and offset come from one 32-bit division (a thread per pair over the whole tensor took three 64-bit
 // divisions a pair: 76 us a call at llama-336M's shape on an H100, ~6x its memory time).
-__global__ void k_forward(In qkv, Out out, bool bf, const float2* cs, int64_t rows, int T, int H, int K, int D) {
-  const int half = D / 2, rep = H / K, pairs = 3 * H * half;
+// Output heads: H q, then Ko k, then Ko v (Ko = H where the key/value heads are repeated rep = H / K times, else K
+// and rep = 1); output k/v head j reads input head j / rep.
+__global__ void k_forward(In qkv, Out out, bool bf, const float2* cs, int64_t rows, int T, int H, int K, int D,
+                          int rep) {
+  const int half = D / 2, Ko = K * rep, pairs = (H + 2 * Ko) * half;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t x = r * (H + 2 * K) * D, y = r * 3 * H * D;
+    const int64_t x = r * (H + 2 * K) * D, y = r * (H + 2 * Ko) * D;
     const float2* t = cs + (r % T) * half;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
       const int j = p / half, i = p - j * half;
       const int64_t o = y + int64_t{j} * D + i;
-      if (j >= 2 * H) {  // v: copied
-        const int64_t src = x + int64_t{H + K + (j - 2 * H) / rep} * D + i;
+      if (j >= H + Ko) {  // v: copied
+        const int64_t src = x + int64_t{H + K + (j - H - Ko) / rep} * D + i;
         st(out, bf, o, ld(qkv, bf, src), false);
         st(out, bf, o + half, ld(qkv, bf, src + half), false);
         continue;
@@ -65,10 +70,10 @@ __global__ void k_forward(In qkv, Out out, bool bf, const float2* cs, int64_t ro
 }
 
 __global__ void k_backward(In dout, Out dqkv, bool acc, bool bf, const float2* cs, int64_t rows, int T, int H, int K,
-                           int D) {
-  const int half = D / 2, rep = H / K, W = H + 2 * K, pairs = W * half;
+                           int D, int rep) {
+  const int half = D / 2, Ko = K * rep, W = H + 2 * K, pairs = W * half;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-    const int64_t g = r * 3 * H * D;
+    const int64_t g = r * (H + 2 * Ko) * D;
     const float2* t = cs + (r % T) * half;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
       const int j = p / half, i = p - j * half;
@@ -76,8 +81,8 @@ __global__ void k_backward(In dout, Out dqkv, bool acc, bool bf, const float2* c
       float da = 0.f, db = 0.f;
       if (j >= H + K) {  // v head: the sum of its copies
         for (int c = (j - H - K) * rep; c < (j - H - K + 1) * rep; ++c) {
-          da += ld(dout, bf, g + int64_t{2 * H + c} * D + i);
-          db += ld(dout, bf, g + int64_t{2 * H + c} * D + i + half);
+          da += ld(dout, bf, g + int64_t{H + Ko + c} * D + i);
+          db += ld(dout, bf, g + int64_t{H + Ko + c} * D + i + half);
         }
       } else {
         const float2 e = t[i];
@@ -95,31 +100,33 @@ __global__ void k_backward(In dout, Out dqkv, bool acc, bool bf, const float2* c
 }
 
 // The [T, D/2] cos/sin table in scratch, freed when the call's work is queued (stream-ordered).
-DevBuf<float2> table(int64_t T, int64_t D, float theta, cudaStream_t s) {
+DevBuf<float2> table(int64_t T, int64_t D, const cpu::RopeFreqs& f, cudaStream_t s) {
   DevBuf<float2> t(static_cast<size_t>(T * (D / 2)), false);
-  k_table<<<blocks(T * (D / 2)), kTpb, 0, s>>>(t.p, T, D, theta);
+  k_table<<<blocks(T * (D / 2)), kTpb, 0, s>>>(t.p, T, D, f);
   ZR_CUDA(cudaGetLastError());
   return t;
 }
 }  // namespace
 
-void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
-             cudaStream_t stream) {
+void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
+             bool repeat, cudaStream_t stream) {
   if (B * T == 0) return;
   check_row(T, H, K, D);
-  const DevBuf<float2> t = table(T, D, theta, stream);
+  const DevBuf<float2> t = table(T, D, f, stream);
   k_forward<<<row_blocks(B * T), kTpb, 0, stream>>>(qkv, out, bf, t.p, B * T, static_cast<int>(T), static_cast<int>(H),
-                                                    static_cast<int>(K), static_cast<int>(D));
+                                                    static_cast<int>(K), static_cast<int>(D),
+                                                    repeat ? static_cast<int>(H / K) : 1);
   ZR_CUDA(cudaGetLastError());
 }
 
-void backward(In dout, Out dqkv, bool acc, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
-              cudaStream_t stream) {
+void backward(In dout, Out dqkv, bool acc, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
+              const cpu::RopeFreqs& f, bool repeat, cudaStream_t stream) {
   if (B * T == 0) return;
   check_row(T, H, K, D);
-  const DevBuf<float2> t = table(T, D, theta, stream);
+  const DevBuf<float2> t = table(T, D, f, stream);
   k_backward<<<row_blocks(B * T), kTpb, 0, stream>>>(dout, dqkv, acc && dqkv.f, bf, t.p, B * T, static_cast<int>(T),
-                                                     static_cast<int>(H), static_cast<int>(K), static_cast<int>(D));
+                                                     static_cast<int>(H), static_cast<int>(K), static_cast<int>(D),
+                                                     repeat ? static_cast<int>(H / K) : 1);
   ZR_CUDA(cudaGetLastError());
 }
 }  // namespace zerorun::kernels::rope

@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/cpu_kernels.h"
+
 namespace zerorun::kernels::rope {
 // A tensor in f32 (f) or, f null, 16-bit bits (h) of bfloat16 (bf) or fp16.
 struct In {
@@ -15,10 +17,11 @@ struct Out {
   float* f;
   uint16_t* h;
 };
-// qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D]: q and k rotated, key/value heads repeated H / K times.
-void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
-             cudaStream_t stream);
+// qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D] (key/value heads repeated H / K times) or, !repeat, the same layout:
+// q and k rotated.
+void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
+             bool repeat, cudaStream_t stream);
 // dqkv = (acc ? dqkv : 0) + the gradient of dout through forward (a 16-bit dqkv is always overwritten).
-void backward(In dout, Out dqkv, bool acc, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, float theta,
-              cudaStream_t stream);
+void backward(In dout, Out dqkv, bool acc, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
+              const cpu::RopeFreqs& f, bool repeat, cudaStream_t stream);
 }  // namespace zerorun::kernels::rope

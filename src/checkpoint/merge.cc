@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 
 #include <cstdio>
+#include <filesystem>
 
 #include "zerorun/checkpoint.h"
 #include "zerorun/fsutil.h"
@@ -42,6 +43,35 @@ nlohmann::json merge_config(const Graph& g, bool hf_layout) {
         cls + " loads";
   return ac;
 }
+// generation_config.json (the imported one, else the config's token ids) and the imported directory's tokenizer
+// files, unchanged since the import (sizes and checksums), so transformers' Auto classes load the folder as it is.
+void write_hf_extras(const Graph& g, const nlohmann::json& cfg, const std::string& out_dir, MergeResult& r) {
+  nlohmann::json gen = g.meta.value("hf_generation_config", nlohmann::json());
+  if (!gen.is_object()) {
+    gen = {{"_from_model_config", true}};
+    for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if (cfg.contains(k) && !cfg[k].is_null()) gen[k] = cfg[k];
+  }
+  write_file_atomic(out_dir + "/generation_config.json", gen.dump(2) + "\n");
+  const nlohmann::json tok = g.meta.value("hf_tokenizer", nlohmann::json());
+  if (!tok.is_object()) {
+    r.notes.push_back("no tokenizer files: the model was not imported from a transformers directory that had them");
+    return;
+  }
+  const std::string src = tok.value("dir", std::string());
+  for (auto& [f, info] : tok.at("files").items()) {
+    const std::string from = src + "/" + f;
+    if (!path_exists(from) ||
+        static_cast<uint64_t>(std::filesystem::file_size(from)) != info.value("bytes", uint64_t{0}) ||
+        file_crc32(from) != info.value("crc32", uint32_t{0})) {
+      r.notes.push_back("tokenizer file " + from + " is gone or changed since the import: not copied (copy the " +
+                        "tokenizer of the imported checkpoint into " + out_dir + " by hand)");
+      continue;
+    }
+    write_file_atomic(out_dir + "/" + f, read_file(from));
+    r.tokenizer_files.push_back(f);
+  }
+}
 }  // namespace
 
 MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, const std::string& out_dir, DType dtype,
@@ -63,7 +93,8 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
     Shape shape = m["params"][name]["shape"].get<Shape>();
     const int64_t rows = shape.empty() ? 1 : shape[0];
     pieces[name] = r.hf_layout() ? hf_pieces(g, name, shape) : std::vector<HfPiece>{{name, shape, 0, rows, false}};
-    for (auto& p : pieces[name]) st_decl.push_back({p.name, dtype, p.shape});
+    for (auto& p : pieces[name])  // a tensor fused from several parameters (Phi-3's gate_up_proj) is declared once
+      if (st_decl.empty() || st_decl.back().name != p.name) st_decl.push_back({p.name, dtype, p.shape});
     bin_decl.push_back({name, DType::F32, shape});
   }
   r.dir = dir;
@@ -115,6 +146,7 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
     r.config_json = out_dir + "/config.json";
     write_file_atomic(r.config_json, cfg.dump(2) + "\n");
   }
+  if (r.hf_layout() && hf_class(g) != "GPT2LMHeadModel") write_hf_extras(g, cfg, out_dir, r);
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   r.peak_rss_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;

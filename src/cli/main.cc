@@ -15,8 +15,10 @@
 #include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
 #include "zerorun/launch.h"
+#include "zerorun/hf_arch.h"
 #include "zerorun/merge.h"
 #include "zerorun/model.h"
+#include "zerorun/strict_json.h"
 #include "zerorun/stop_signal.h"
 #include "zerorun/trainer.h"
 #include "zerorun/zero_plan.h"
@@ -207,7 +209,11 @@ int main(int argc, char** argv) {
   import_cmd->add_option("dir", import_dir, "checkpoint directory (e.g. what save_pretrained wrote)")->required();
   import_cmd->add_option("-o,--out", import_out, "output path");
   auto* init_cmd = app.add_subcommand("init", "write a model.bin with fresh weights");
-  init_cmd->add_option("--arch", arch, "mlp | gpt2 | llama")->required();
+  std::string from_config;
+  init_cmd->add_option("--arch", arch, "mlp | gpt2 | llama");
+  init_cmd->add_option("--from_config", from_config,
+                       "a transformers config.json (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, gemma3): "
+                       "that model with fresh weights");
   init_cmd->add_option("-o,--out", out, "output path");
   init_cmd->add_option("--seed", seed, "init seed");
   init_cmd->add_option("--in", mlp.in, "mlp: input width");
@@ -278,7 +284,24 @@ int main(int argc, char** argv) {
         throw;
       }
     }
+    if (*init_cmd && !from_config.empty()) {
+      ZR_CHECK(arch.empty(), "--from_config takes the architecture from config.json: leave out --arch");
+      const json cfg = load_json_file_strict(from_config);
+      ZR_CHECK(cfg.is_object(), from_config, ": must be a JSON object");
+      std::vector<std::string> notes;
+      LlamaSpec s = hf_decoder_spec(cfg, from_config, &notes);
+      for (auto& n : notes) std::printf("note: %s\n", n.c_str());
+      Model m = build_llama(s, seed);
+      save_model(out, m);
+      std::printf("wrote %s: %s (%s) with fresh weights, %lld parameters\n", out.c_str(), s.model_type.c_str(),
+                  from_config.c_str(), static_cast<long long>(m.num_params()));
+      return 0;
+    }
     if (*init_cmd) {
+      if (arch.empty()) {
+        std::cerr << "zerorun init: error: give --arch mlp|gpt2|llama or --from_config config.json\n";
+        return 2;
+      }
       llama.vocab = gpt.vocab;
       llama.n_ctx = gpt.n_ctx;
       llama.n_embd = gpt.n_embd;
@@ -311,6 +334,8 @@ int main(int argc, char** argv) {
                   static_cast<long long>(r.params), r.safetensors.c_str(), merge_dtype.c_str(),
                   r.hf_layout() ? ("transformers " + r.hf_class).c_str() : "zerorun", r.model_bin.c_str(),
                   r.config_json.empty() ? "" : ", ", r.config_json.c_str());
+      for (auto& f : r.tokenizer_files) std::printf("copied %s/%s\n", merge_out.c_str(), f.c_str());
+      for (auto& n : r.notes) std::printf("note: %s\n", n.c_str());
       std::printf(
           "peak memory +%.1f MiB while merging (process peak %.1f MiB; model %.1f MiB fp32, largest tensor "
           "%.1f MiB)\n",

@@ -113,11 +113,11 @@ Model build_mlp(const MlpSpec& s, uint64_t seed) {
 namespace {
 // Names the size at fault (`zerorun init` passes the flags' values straight through).
 void check_transformer_sizes(const char* arch, int64_t vocab, int64_t n_ctx, int64_t n_embd, int64_t n_layer,
-                             int64_t n_head, int64_t ffn) {
+                             int64_t n_head, int64_t ffn, bool heads_divide = true) {
   const std::pair<const char*, int64_t> sizes[] = {{"vocab", vocab},     {"n_ctx", n_ctx},   {"n_embd", n_embd},
                                                    {"n_layer", n_layer}, {"n_head", n_head}, {"ffn", ffn}};
   for (const auto& [name, v] : sizes) ZR_CHECK(v > 0, arch, ": --", name, " must be positive, got ", v);
-  ZR_CHECK(n_embd % n_head == 0, arch, ": --n_embd ", n_embd, " is not divisible by --n_head ", n_head,
+  ZR_CHECK(!heads_divide || n_embd % n_head == 0, arch, ": --n_embd ", n_embd, " is not divisible by --n_head ", n_head,
            " (each head gets n_embd / n_head features)");
 }
 }  // namespace
@@ -162,36 +162,78 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
 }
 
 Model build_llama(const LlamaSpec& s, uint64_t seed) {
-  check_transformer_sizes("llama", s.vocab, s.n_ctx, s.n_embd, s.n_layer, s.n_head, s.ffn);
-  const int64_t C = s.n_embd, H = s.n_head, K = s.n_kv_head == 0 ? s.n_head : s.n_kv_head, D = C / H;
-  ZR_CHECK(K > 0 && H % K == 0, "llama: --n_kv_head ", K, " must be positive and divide --n_head ", H,
+  const char* mt = s.model_type.c_str();
+  const int64_t C = s.n_embd, H = s.n_head, K = s.n_kv_head == 0 ? s.n_head : s.n_kv_head;
+  ZR_CHECK(s.head_dim >= 0, mt, ": head_dim must be positive, got ", s.head_dim);
+  check_transformer_sizes(mt, s.vocab, s.n_ctx, s.n_embd, s.n_layer, s.n_head, s.ffn, s.head_dim == 0);
+  const int64_t D = s.head_size();
+  ZR_CHECK(K > 0 && H % K == 0, mt, ": --n_kv_head ", K, " must be positive and divide --n_head ", H,
            " (each key/value head serves n_head / n_kv_head query heads)");
-  ZR_CHECK(D % 2 == 0, "llama: the head size n_embd / n_head = ", D, " must be even (rotary embeddings rotate pairs)");
-  ZR_CHECK(s.rope_theta > 1.0 && std::isfinite(s.rope_theta), "llama: --rope_theta must be > 1, got ", s.rope_theta);
-  ZR_CHECK(s.rms_eps > 0.0 && s.rms_eps < 1.0, "llama: rms_norm_eps must be in (0, 1), got ", s.rms_eps);
+  ZR_CHECK(D % 2 == 0, mt, ": the head size ", D, " must be even (rotary embeddings rotate pairs)");
+  ZR_CHECK(s.rope_theta > 1.0 && std::isfinite(s.rope_theta), mt, ": --rope_theta must be > 1, got ", s.rope_theta);
+  ZR_CHECK(s.rms_eps > 0.0 && s.rms_eps < 1.0, mt, ": rms_norm_eps must be in (0, 1), got ", s.rms_eps);
+  ZR_CHECK(s.qk_norm.empty() || s.qk_norm == "head" || s.qk_norm == "full", mt, ": qk_norm must be head or full");
+  ZR_CHECK(s.norm_place == "pre" || s.norm_place == "post" || s.norm_place == "sandwich", mt,
+           ": norm placement must be pre, post or sandwich");
+  ZR_CHECK(s.act == "silu" || s.act == "gelu_tanh", mt, ": the MLP activation must be silu or gelu_tanh");
+  ZR_CHECK(s.window >= 0 && s.attn_scale >= 0 && s.attn_softcap >= 0 && s.final_softcap >= 0 && s.embed_scale >= 0, mt,
+           ": window, scales and soft-caps must be >= 0");
+  ZR_CHECK(s.sliding.empty() || static_cast<int64_t>(s.sliding.size()) == s.n_layer, mt, ": ", s.sliding.size(),
+           " per-layer sliding flags for ", s.n_layer, " layers");
   Builder b(seed);
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
   std::string x = b.token_embed("embed_tokens.weight", "", s.vocab, s.n_ctx, C, std);
+  if (s.embed_scale > 0) x = b.node("scale", {x}, "embed_tokens.scaled", {}, {{"factor", s.embed_scale}});
+  json norm_attrs = {{"eps", s.rms_eps}};
+  if (s.norm_offset != 0) norm_attrs["offset"] = s.norm_offset;
   auto rms = [&](const std::string& in, const std::string& name) {
-    b.fill(name + ".weight", {C}, 1.f);
-    return b.node("rmsnorm", {in}, name, {{"weight", name + ".weight"}}, {{"eps", s.rms_eps}});
+    b.fill(name + ".weight", {C}, s.norm_offset != 0 ? 0.f : 1.f);  // the scale offset + w starts at 1
+    return b.node("rmsnorm", {in}, name, {{"weight", name + ".weight"}}, norm_attrs);
   };
+  const bool post = s.norm_place == "post", sandwich = s.norm_place == "sandwich";
   for (int64_t l = 0; l < s.n_layer; ++l) {
     std::string p = "layers." + std::to_string(l);
     b.block = p;
     b.m.graph.blocks.push_back(p);
-    std::string h = rms(x, p + ".input_layernorm");
-    // q_proj, k_proj, v_proj stacked: [(H + 2K) D, C]; rope rotates q and k and repeats the K key/value heads.
-    h = b.linear(h, p + ".self_attn.qkv_proj", C, (H + 2 * K) * D, std, false);
-    h = b.node("rope", {h}, p + ".self_attn.rope", {}, {{"n_head", H}, {"n_kv_head", K}, {"theta", s.rope_theta}});
-    h = b.node("attention", {h}, p + ".self_attn.out", {}, {{"n_head", H}});
-    h = b.linear(h, p + ".self_attn.o_proj", C, C, proj_std, false);
+    const bool slide = s.window > 0 && (s.sliding.empty() || s.sliding[static_cast<size_t>(l)]);
+    std::string h = post ? x : rms(x, p + ".input_layernorm");
+    // q_proj, k_proj, v_proj stacked: [(H + 2K) D, C].
+    h = b.linear(h, p + ".self_attn.qkv_proj", C, (H + 2 * K) * D, std, s.qkv_bias);
+    if (!s.qk_norm.empty()) {
+      const bool full = s.qk_norm == "full";
+      const std::string qn = p + ".self_attn.q_norm.weight", kn = p + ".self_attn.k_norm.weight";
+      b.fill(qn, {full ? H * D : D}, s.norm_offset != 0 ? 0.f : 1.f);
+      b.fill(kn, {full ? K * D : D}, s.norm_offset != 0 ? 0.f : 1.f);
+      json a = {{"n_head", H}, {"n_kv_head", K}, {"eps", s.rms_eps}, {"full", full}};
+      if (s.norm_offset != 0) a["offset"] = s.norm_offset;
+      h = b.node("qk_norm", {h}, p + ".self_attn.qk_norm", {{"q_weight", qn}, {"k_weight", kn}}, a);
+    }
+    // rope rotates q and k and repeats the K key/value heads for the attention kernels.
+    json ra = {{"n_head", H}, {"n_kv_head", K}};
+    if (slide && s.local_rope_theta > 0) {
+      ra["theta"] = s.local_rope_theta;
+    } else {
+      ra["theta"] = s.rope_theta;
+      if (!s.rope_scaling.is_null()) {
+        ra["scaling"] = s.rope_scaling;
+        ra["max_position_embeddings"] = s.n_ctx;
+      }
+    }
+    h = b.node("rope", {h}, p + ".self_attn.rope", {}, ra);
+    json aa = {{"n_head", H}};
+    if (s.attn_scale > 0) aa["scale"] = s.attn_scale;
+    if (slide) aa["window"] = s.window;
+    if (s.attn_softcap > 0) aa["softcap"] = s.attn_softcap;
+    h = b.node("attention", {h}, p + ".self_attn.out", {}, aa);
+    h = b.linear(h, p + ".self_attn.o_proj", H * D, C, proj_std, s.o_bias);
+    if (post || sandwich) h = rms(h, p + ".post_attention_layernorm");
     x = b.node("add", {x, h}, p + ".res1");
-    h = rms(x, p + ".post_attention_layernorm");
-    std::string g = b.linear(h, p + ".mlp.gate_proj", C, s.ffn, std, false);
-    std::string u = b.linear(h, p + ".mlp.up_proj", C, s.ffn, std, false);
-    h = b.node("swiglu", {g, u}, p + ".mlp.gated");
-    h = b.linear(h, p + ".mlp.down_proj", s.ffn, C, proj_std, false);
+    h = post ? x : rms(x, p + (sandwich ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"));
+    std::string g = b.linear(h, p + ".mlp.gate_proj", C, s.ffn, std, s.mlp_bias);
+    std::string u = b.linear(h, p + ".mlp.up_proj", C, s.ffn, std, s.mlp_bias);
+    h = b.node(s.act == "silu" ? "swiglu" : "geglu", {g, u}, p + ".mlp.gated");
+    h = b.linear(h, p + ".mlp.down_proj", s.ffn, C, proj_std, s.mlp_bias);
+    if (post || sandwich) h = rms(h, p + ".post_feedforward_layernorm");
     x = b.node("add", {x, h}, p + ".res2");
   }
   b.block = "head";
@@ -202,14 +244,18 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
   } else {
     x = b.linear(x, "lm_head", C, s.vocab, std, false);
   }
+  if (s.final_softcap > 0) x = b.node("softcap", {x}, "lm_head.capped", {}, {{"cap", s.final_softcap}});
   b.node("cross_entropy", {x, "targets"}, "loss");
   b.m.graph.loss = "loss";
   b.m.graph.meta["arch"] = "llama";
-  b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab},      {"max_position_embeddings", s.n_ctx},
-                                   {"hidden_size", C},           {"num_hidden_layers", s.n_layer},
-                                   {"num_attention_heads", H},   {"num_key_value_heads", K},
-                                   {"intermediate_size", s.ffn}, {"rope_theta", s.rope_theta},
-                                   {"rms_norm_eps", s.rms_eps},  {"tie_word_embeddings", s.tied}};
+  b.m.graph.meta["model_type"] = s.model_type;
+  json ac = {{"vocab_size", s.vocab},          {"max_position_embeddings", s.n_ctx}, {"hidden_size", C},
+             {"num_hidden_layers", s.n_layer}, {"num_attention_heads", H},           {"num_key_value_heads", K},
+             {"intermediate_size", s.ffn},     {"rope_theta", s.rope_theta},         {"rms_norm_eps", s.rms_eps},
+             {"tie_word_embeddings", s.tied}};
+  if (s.head_dim > 0) ac["head_dim"] = s.head_dim;
+  b.m.graph.meta["arch_config"] = ac;
+  if (!s.hf_config.is_null()) b.m.graph.meta["hf_config"] = s.hf_config;
   b.m.graph.meta["symbols"] = {{"T", s.n_ctx}};
   return b.done();
 }

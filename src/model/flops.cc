@@ -12,7 +12,9 @@ double train_flops_per_token(const Model& m, int64_t T) {
   const auto& ac = meta.at("arch_config");
   auto get = [&](const char* k) { return ac.contains(k) && ac.at(k).is_number() ? ac.at(k).get<double>() : 0.0; };
   if (arch == "gpt2") f += 6.0 * get("n_layer") * get("n_embd") * static_cast<double>(T);
-  if (arch == "llama") f += 6.0 * get("num_hidden_layers") * get("hidden_size") * static_cast<double>(T);
+  // The attention width is heads x head size (head_dim where it is not hidden_size / heads: Qwen3, Gemma).
+  const double width = get("head_dim") > 0 ? get("head_dim") * get("num_attention_heads") : get("hidden_size");
+  if (arch == "llama") f += 6.0 * get("num_hidden_layers") * width * static_cast<double>(T);
   return f;
 }
 

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "zerorun/fsutil.h"
+#include "zerorun/hf_arch.h"
 #include "zerorun/hf_layout.h"
 #include "zerorun/model.h"
 #include "zerorun/safetensors.h"
@@ -78,10 +79,12 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
                   "or convert it with transformers)"
                 : "");
   }
-  // By name without the base model's prefix ("transformer." / "model."): checkpoints of the bare GPT2Model /
-  // LlamaModel have none.
+  // By name without the base model's prefix ("transformer." / "model."; a Gemma 3 multimodal checkpoint's
+  // language model under "language_model.model." (transformers 4) or "model.language_model." (5)): checkpoints of
+  // the bare GPT2Model / LlamaModel have none.
   auto bare = [](const std::string& n) {
-    for (const std::string pre : {"transformer.", "model."})
+    for (const std::string pre :
+         {"model.language_model.", "language_model.model.", "language_model.", "transformer.", "model."})
       if (n.rfind(pre, 0) == 0) return n.substr(pre.size());
     return n;
   };
@@ -95,6 +98,7 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
       entries[n] = {sf, e};
     }
   }
+  std::set<std::string> used;
   for (const std::string& name : m.tensor_names) {
     Tensor& dst = m.tensors.at(name);
     const Shape want = dst.shape();
@@ -107,18 +111,47 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
       ZR_CHECK(e.shape == p.shape, sf.path, ": tensor '", e.name, "' has shape ", shape_str(e.shape), ", expected ",
                shape_str(p.shape), p.transpose ? " (Conv1D weights are [in, out])" : "", " for ", what);
       Tensor t = read_safetensors_f32(sf, e);
+      for (int64_t i = 0; i < t.numel(); ++i)
+        ZR_CHECK(std::isfinite(t.f32()[i]), sf.path, ": tensor '", e.name, "' holds a non-finite value (", t.f32()[i],
+                 " at element ", i, ")");
       hf_copy_piece(p, cols, t.f32(), dst.f32(), false);
-      entries.erase(it);
+      used.insert(it->first);
     }
   }
-  std::string ignored;
+  // Every tensor of the checkpoint is a weight of the model: one that is not would be dropped silently (a Qwen2
+  // checkpoint labelled llama would lose its biases). Gemma 3's vision tower is left out by name.
+  std::string unused;
+  int64_t vision = 0;
   for (auto& [name, pe] : entries) {
-    if (is_buffer(name)) continue;
+    if (used.count(name) || is_buffer(name)) continue;
     if (tied && name == "lm_head.weight") continue;  // transformers may save the tied copy too
-    ignored += (ignored.empty() ? "" : ", ") + pe.second.name;
+    if (name.rfind("vision_tower.", 0) == 0 || name.rfind("multi_modal_projector.", 0) == 0) {
+      ++vision;
+      continue;
+    }
+    unused += (unused.empty() ? "" : ", ") + pe.second.name;
   }
-  if (!ignored.empty() && notes) notes->push_back("ignored tensors that are not weights of " + what + ": " + ignored);
+  ZR_CHECK(unused.empty(), dir, ": tensors that are not weights of ", what, ": ", unused,
+           " (is config.json's model_type right?)");
+  if (vision && notes)
+    notes->push_back("left out " + std::to_string(vision) +
+                     " tensors of the vision tower and projector: zerorun trains the language model");
   finalize_model(m);
+}
+
+// What merge writes back beside the weights: generation_config.json as it was, and where the tokenizer files are
+// (merge copies them from there; their sizes and checksums tell a changed file).
+void keep_hf_files(Model& m, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const std::string gen = (fs::path(dir) / "generation_config.json").string();
+  if (path_exists(gen)) m.graph.meta["hf_generation_config"] = load_json_file_strict(gen);
+  json files = json::object();
+  for (const char* f : hf_tokenizer_files()) {
+    const fs::path p = fs::path(dir) / f;
+    if (fs::is_regular_file(p)) files[f] = {{"bytes", fs::file_size(p)}, {"crc32", file_crc32(p.string())}};
+  }
+  if (!files.empty())
+    m.graph.meta["hf_tokenizer"] = {{"dir", fs::absolute(dir).lexically_normal().string()}, {"files", files}};
 }
 
 // The architectures' imports from config.json already read (cfg, from cfg_path).
@@ -152,54 +185,16 @@ Model gpt2_from(const std::string& dir, const std::string& cfg_path, const json&
   return m;
 }
 
-Model llama_from(const std::string& dir, const std::string& cfg_path, const json& cfg,
-                 std::vector<std::string>* notes) {
-  ZR_CHECK(cfg.value("model_type", json()) == "llama", cfg_path, ": model_type must be \"llama\", got ",
-           cfg.value("model_type", json()).dump());
-  LlamaSpec s;
-  s.vocab = cfg_size(cfg, cfg_path, "vocab_size", nullptr);
-  s.n_ctx = cfg_size(cfg, cfg_path, "max_position_embeddings", nullptr, 2048);
-  s.n_embd = cfg_size(cfg, cfg_path, "hidden_size", nullptr);
-  s.n_layer = cfg_size(cfg, cfg_path, "num_hidden_layers", nullptr);
-  s.n_head = cfg_size(cfg, cfg_path, "num_attention_heads", nullptr);
-  s.ffn = cfg_size(cfg, cfg_path, "intermediate_size", nullptr);
-  s.n_kv_head = cfg_size(cfg, cfg_path, "num_key_value_heads", nullptr, s.n_head);
-  ZR_CHECK(s.n_head % s.n_kv_head == 0, cfg_path, ": num_key_value_heads ", s.n_kv_head,
-           " must divide num_attention_heads ", s.n_head);
-  ZR_CHECK(s.n_embd % s.n_head == 0, cfg_path, ": hidden_size ", s.n_embd, " is not divisible by num_attention_heads ",
-           s.n_head);
-  s.tied = cfg.value("tie_word_embeddings", json(false)) == json(true);
-  s.rms_eps = cfg_eps(cfg, cfg_path, "rms_norm_eps", 1e-6);
-  const json act = cfg.value("hidden_act", json("silu"));
-  ZR_CHECK(act == "silu", cfg_path, ": hidden_act ", act.dump(),
-           " is not supported (zerorun's Llama MLP is SwiGLU: silu)");
-  for (const char* k : {"attention_bias", "mlp_bias"})
-    ZR_CHECK(cfg.value(k, json(false)) == json(false), cfg_path, ": ", k, " = ", cfg[k].dump(),
-             " is not supported (zerorun's Llama has no biases)");
-  const json hd = cfg.value("head_dim", json());
-  ZR_CHECK(hd.is_null() || (s.n_embd % s.n_head == 0 && hd == json(s.n_embd / s.n_head)), cfg_path, ": head_dim ",
-           hd.dump(), " is not supported (zerorun's head size is hidden_size / num_attention_heads)");
-  // The rotary base: rope_theta (transformers 4), or rope_parameters {"rope_type": "default", "rope_theta"} (5);
-  // scaled variants (linear, dynamic, llama3, yarn) compute other angles.
-  json theta = cfg.value("rope_theta", json(10000.0));
-  const json scaling = cfg.value("rope_scaling", json());
-  const json params = cfg.value("rope_parameters", json());
-  for (const auto& [key, rp] :
-       {std::pair<const char*, const json&>{"rope_scaling", scaling}, {"rope_parameters", params}}) {
-    if (rp.is_null()) continue;
-    ZR_CHECK(rp.is_object(), cfg_path, ": ", key, " must be an object or null");
-    const json type = rp.value("rope_type", rp.value("type", json("default")));
-    ZR_CHECK(type == "default", cfg_path, ": ", key, " rope_type ", type.dump(),
-             " is not supported (zerorun's rotary embedding is the unscaled default)");
-    if (rp.contains("rope_theta")) theta = rp["rope_theta"];
-  }
-  ZR_CHECK(theta.is_number() && theta.get<double>() > 1, cfg_path, ": rope_theta must be a number > 1, got ",
-           theta.dump());
-  s.rope_theta = theta.get<double>();
+// Any decoder model_type of hf_arch.h (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, gemma3).
+Model decoder_from(const std::string& dir, const std::string& cfg_path, const json& cfg,
+                   std::vector<std::string>* notes) {
+  LlamaSpec s = hf_decoder_spec(cfg, cfg_path, notes);
   Model m = build_llama(s, 0);
-  load_hf_weights(m, dir,
-                  "a Llama of " + std::to_string(s.n_layer) + " layers, hidden_size " + std::to_string(s.n_embd),
-                  s.tied, notes);
+  keep_hf_files(m, dir);
+  load_hf_weights(
+      m, dir,
+      "a " + s.model_type + " of " + std::to_string(s.n_layer) + " layers, hidden_size " + std::to_string(s.n_embd),
+      s.tied, notes);
   return m;
 }
 
@@ -213,7 +208,10 @@ Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
 
 Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes) {
   const std::string cfg_path = config_path(dir);
-  return llama_from(dir, cfg_path, read_config(dir, cfg_path), notes);
+  const json cfg = read_config(dir, cfg_path);
+  ZR_CHECK(cfg.value("model_type", json()) == "llama", cfg_path, ": model_type must be \"llama\", got ",
+           cfg.value("model_type", json()).dump());
+  return decoder_from(dir, cfg_path, cfg, notes);
 }
 
 Model import_hf(const std::string& dir, std::vector<std::string>* notes) {
@@ -221,9 +219,10 @@ Model import_hf(const std::string& dir, std::vector<std::string>* notes) {
   const json cfg = read_config(dir, cfg_path);
   const json type = cfg.value("model_type", json());
   if (type == "gpt2") return gpt2_from(dir, cfg_path, cfg, notes);
-  if (type == "llama") return llama_from(dir, cfg_path, cfg, notes);
-  ZR_FAIL(cfg_path, ": model_type must be \"gpt2\" or \"llama\" (the transformers architectures zerorun imports), got ",
-          type.dump());
+  if (type.is_string() && hf_decoder_type(type.get<std::string>())) return decoder_from(dir, cfg_path, cfg, notes);
+  ZR_FAIL(cfg_path, ": model_type ", type.dump(),
+          " is not one zerorun imports (gpt2, llama, mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, gemma3, "
+          "gemma3_text)");
 }
 
 }  // namespace zerorun

@@ -159,14 +159,16 @@ SafetensorsStreamWriter::~SafetensorsStreamWriter() = default;
 void SafetensorsStreamWriter::append(const std::string& name, const void* data, size_t bytes) {
   ZR_CHECK(next_ < decls_.size() && decls_[next_].name == name, "safetensors stream: '", name,
            "' appended out of order");
-  const Decl& d = decls_[next_++];
-  ZR_CHECK(bytes == static_cast<size_t>(shape_numel(d.shape)) * dtype_size(d.dtype), "safetensors stream: '", name,
-           "' has the wrong byte count");
+  const Decl& d = decls_[next_];
+  const size_t total = static_cast<size_t>(shape_numel(d.shape)) * dtype_size(d.dtype);
+  ZR_CHECK(bytes <= total - written_, "safetensors stream: '", name, "' has the wrong byte count");
   file_->write(data, bytes);
+  written_ += bytes;
+  if (written_ == total) ++next_, written_ = 0;
 }
 
 void SafetensorsStreamWriter::commit() {
-  ZR_CHECK(next_ == decls_.size(), "safetensors stream: ", decls_.size() - next_, " tensor(s) never written");
+  ZR_CHECK(next_ == decls_.size(), "safetensors stream: ", decls_.size() - next_, " tensor(s) never (fully) written");
   file_->commit();
 }
 

@@ -284,17 +284,19 @@ TEST_CASE("tensor-core attention backward: the one-kernel path (dQ by atomics) e
   Tensor delta = Tensor::uninit({B * H * T}, DType::F32, MemCategory::Buffers, kGpu);
   Tensor dq_acc = Tensor::uninit({n}, DType::F32, MemCategory::Buffers, kGpu);
   auto q16 = [](const Tensor& t) { return static_cast<uint16_t*>(t.raw()); };
-  kernels::flash::tc_forward(true, q16(qkv), nullptr, q16(out), lse.f32(), B, T, C, H);
+  kernels::AttnDims d;
+  d.B = B, d.T = T, d.H = d.K = H, d.D = 64, d.scale = 0.125f;
+  kernels::flash::tc_forward(true, q16(qkv), nullptr, q16(out), lse.f32(), d);
   for (int form = 0; form < 3; ++form) {  // 0: 16-bit, 1: f32 written, 2: f32 added into `start`
     Tensor ref;
-    for (int run = 0; run <= kernels::flash::tc_backward_configs(); ++run) {  // the two kernels, then each variant
+    for (int run = 0; run <= kernels::flash::tc_backward_configs(64); ++run) {  // the two kernels, then each variant
       const bool fused = run > 0;
       Tensor g = form == 0 ? Tensor::uninit({n3}, DType::BF16, MemCategory::Buffers, kGpu)
                            : (form == 2 ? start.clone(MemCategory::Buffers)
                                         : Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu));
       kernels::flash::tc_backward(true, q16(qkv), nullptr, q16(out), lse.f32(), q16(dout), form ? g.f32() : nullptr,
-                                  form ? nullptr : q16(g), form == 2, delta.f32(), fused ? dq_acc.f32() : nullptr, B, T,
-                                  C, H, fused ? run - 1 : 0);
+                                  form ? nullptr : q16(g), form == 2, delta.f32(), fused ? dq_acc.f32() : nullptr, d,
+                                  fused ? run - 1 : 0);
       if (!fused) {
         ref = as_f32(g);
         continue;

@@ -1,4 +1,5 @@
-// Two-input elementwise ops of equal shapes: mul (a * b) and swiglu (silu(gate) * up, Llama's gated MLP as one op:
+// Two-input elementwise ops of equal shapes: mul (a * b), geglu (gelu_tanh(gate) * up, Gemma's MLP) and swiglu
+// (silu(gate) * up, Llama's gated MLP as one op:
 // silu + mul as two ops would write and read the silu output once more each way, and keep it). 16-bit storage on
 // any side on a GPU.
 #include "op_util.h"
@@ -39,6 +40,9 @@ class Pairwise : public Op16 {
 }  // namespace
 std::unique_ptr<Op> make_mul() {
   return std::make_unique<Pairwise>("a", "b", &kernels::Backend::mul_fwd, &kernels::Backend::mul_bwd);
+}
+std::unique_ptr<Op> make_geglu() {
+  return std::make_unique<Pairwise>("gate", "up", &kernels::Backend::geglu_fwd, &kernels::Backend::geglu_bwd);
 }
 std::unique_ptr<Op> make_swiglu() {
   return std::make_unique<Pairwise>("gate", "up", &kernels::Backend::swiglu_fwd, &kernels::Backend::swiglu_bwd);

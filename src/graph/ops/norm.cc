@@ -1,5 +1,6 @@
-// layernorm (weight, optional bias) and rmsnorm (weight) over the last
-// dimension; both save the per-row statistics for backward.
+// layernorm (weight, optional bias) and rmsnorm (weight; attribute `offset`:
+// the scale is offset + w, Gemma's 1 + w) over the last dimension; both save
+// the per-row statistics for backward.
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -68,12 +69,13 @@ class RmsNorm : public NormBase {
     int64_t C = x.dim(-1), N = x.numel() / C;
     Tensor rstd = new_out({N}, device_of(c)), y;
     const float eps = attr_float(*c.node, "eps", 1e-6f);
+    const Tensor w = offset_weight(c, c.param("weight"), attr_float(*c.node, "offset", 0.f));
     if (want16(c, 0)) {  // consumed only by 16-bit products: stored rounded
       y = new_out16(c, x.shape());
-      be(c).rmsnorm_fwd16(x.f32(), c.param("weight").f32(), static_cast<uint16_t*>(y.raw()), rstd.f32(), N, C, eps);
+      be(c).rmsnorm_fwd16(x.f32(), w.f32(), static_cast<uint16_t*>(y.raw()), rstd.f32(), N, C, eps);
     } else {
       y = new_out(x.shape(), device_of(c));
-      be(c).rmsnorm_fwd(x.f32(), c.param("weight").f32(), y.f32(), rstd.f32(), N, C, eps);
+      be(c).rmsnorm_fwd(x.f32(), w.f32(), y.f32(), rstd.f32(), N, C, eps);
     }
     *c.saved = {rstd};
     c.out = {y};
@@ -84,10 +86,12 @@ class RmsNorm : public NormBase {
     Tensor dw = c.dparam("weight");
     float* pdw = dw.defined() ? dw.f32() : nullptr;
     const Tensor& dy = c.dout[0];
+    // d(offset + w) = dw: the kernels' weight gradient is w's.
+    const Tensor w = offset_weight(c, c.param("weight"), attr_float(*c.node, "offset", 0.f));
     if (is16(dy))  // the gradient of a 16-bit product's input
-      be(c).rmsnorm_bwd16(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), bits16(dy), grad_of(c, 0), pdw, N, C);
+      be(c).rmsnorm_bwd16(x.f32(), w.f32(), (*c.saved)[0].f32(), bits16(dy), grad_of(c, 0), pdw, N, C);
     else
-      be(c).rmsnorm_bwd(x.f32(), c.param("weight").f32(), (*c.saved)[0].f32(), dy.f32(), grad_of(c, 0), pdw, N, C);
+      be(c).rmsnorm_bwd(x.f32(), w.f32(), (*c.saved)[0].f32(), dy.f32(), grad_of(c, 0), pdw, N, C);
   }
 };
 }  // namespace

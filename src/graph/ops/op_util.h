@@ -87,6 +87,14 @@ class Op16 : public Op {
   bool takes_dout16(size_t) const override { return true; }
 };
 
+// A norm's weight as its kernels read it: w itself, or w + offset (Gemma's RMSNorm scales by 1 + w) in scratch.
+inline Tensor offset_weight(const NodeCtx& c, const Tensor& w, float offset) {
+  if (offset == 0.f) return w;
+  Tensor s = Tensor::uninit(w.shape(), DType::F32, MemCategory::Activations, w.device());
+  be(c).unary_fwd(kernels::cpu::Unary::Shift, offset, w.f32(), s.f32(), w.numel());
+  return s;
+}
+
 // Every id in [0, V): on the CPU naming the first bad id and its position, on a
 // GPU by a device-side check that raises at the next read of a device value (the loss), so the forward is not held
 // up. `what` is "token" or "target"; `input` the node input holding the ids.
@@ -110,6 +118,10 @@ std::unique_ptr<Op> make_gelu();
 std::unique_ptr<Op> make_relu();
 std::unique_ptr<Op> make_silu();
 std::unique_ptr<Op> make_swiglu();
+std::unique_ptr<Op> make_geglu();
+std::unique_ptr<Op> make_scale();
+std::unique_ptr<Op> make_softcap();
+std::unique_ptr<Op> make_qk_norm();
 std::unique_ptr<Op> make_layernorm();
 std::unique_ptr<Op> make_rmsnorm();
 std::unique_ptr<Op> make_attention();

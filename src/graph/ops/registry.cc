@@ -17,6 +17,10 @@ const std::map<std::string, std::unique_ptr<Op>>& table() {
     (*m)["relu"] = ops::make_relu();
     (*m)["silu"] = ops::make_silu();
     (*m)["swiglu"] = ops::make_swiglu();
+    (*m)["geglu"] = ops::make_geglu();
+    (*m)["scale"] = ops::make_scale();
+    (*m)["softcap"] = ops::make_softcap();
+    (*m)["qk_norm"] = ops::make_qk_norm();
     (*m)["layernorm"] = ops::make_layernorm();
     (*m)["rmsnorm"] = ops::make_rmsnorm();
     (*m)["attention"] = ops::make_attention();

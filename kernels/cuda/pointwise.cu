@@ -1,0 +1,36 @@
+// One-parameter pointwise maps on the GPU (cpu::unary_*): an embedding scale,
+// Gemma 2's logit soft-capping and the (1 + w) shift of Gemma's norm weights,
+// with the CPU's formulas (cpu::unary_value / unary_grad).
+#include <algorithm>
+
+#include "cuda_check.h"
+#include "qk_norm.h"
+
+namespace zerorun::kernels::qk {
+namespace {
+constexpr int kTpb = 256;
+unsigned grid(int64_t n) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>((n + kTpb - 1) / kTpb, 1 << 20)));
+}
+__global__ void k_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    y[i] = cpu::unary_value(op, a, x[i]);
+}
+__global__ void k_bwd(cpu::Unary op, float a, const float* x, const float* dy, float* dx, bool acc, int64_t n) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dx[i] = (acc ? dx[i] : 0.f) + dy[i] * cpu::unary_grad(op, a, x[i]);
+}
+}  // namespace
+
+void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  k_fwd<<<grid(n), kTpb, 0, s>>>(op, a, x, y, n);
+  ZR_CUDA(cudaGetLastError());
+}
+void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, float* dx, bool acc, int64_t n,
+               cudaStream_t s) {
+  if (n <= 0) return;
+  k_bwd<<<grid(n), kTpb, 0, s>>>(op, a, x, dy, dx, acc, n);
+  ZR_CUDA(cudaGetLastError());
+}
+}  // namespace zerorun::kernels::qk
