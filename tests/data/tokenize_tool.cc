@@ -4,6 +4,9 @@
 //       one line a document: {"ids": [...add_special_tokens], "plain": [...without], "decoded": decode(plain)}
 //   zerorun_tokenize_tool --bench TOKENIZER TEXT_FILE THREADS
 //       encodes the file's lines (one document a line) and prints tokens and MB/s
+//   zerorun_tokenize_tool --chat CASES.json OUT.jsonl NAME=TEMPLATE...
+//       renders each chat template (a .jinja file, or a tokenizer_config.json's chat_template) with each case,
+//       as jinja_oracle.mjs does with @huggingface/jinja
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -12,6 +15,7 @@
 #include <sstream>
 
 #include "zerorun/error.h"
+#include "zerorun/jinja.h"
 #include "zerorun/tokenizer.h"
 
 int main(int argc, char** argv) {
@@ -31,6 +35,39 @@ int main(int argc, char** argv) {
       for (auto& v : ids) n += v.size();
       std::printf("threads %s: %zu docs, %.1f MB, %zu tokens in %.3f s: %.2f MB/s, %.0f tokens/s (load %.2f s)\n",
                   argv[4], docs.size(), bytes / 1e6, n, s, bytes / 1e6 / s, n / s, load_s);
+      return 0;
+    }
+    if (argc >= 4 && std::string(argv[1]) == "--chat") {
+      auto read = [](const std::string& p) {
+        std::ifstream f(p);
+        ZR_CHECK(f, p, ": cannot open");
+        std::stringstream ss;
+        ss << f.rdbuf();
+        return ss.str();
+      };
+      const auto cases = nlohmann::ordered_json::parse(read(argv[2]));
+      std::ofstream out(argv[3]);
+      for (int a = 4; a < argc; ++a) {
+        const std::string spec = argv[a];
+        const size_t eq = spec.find('=');
+        const std::string name = spec.substr(0, eq), file = spec.substr(eq + 1);
+        std::string text = read(file);
+        if (file.size() > 5 && file.compare(file.size() - 5, 5, ".json") == 0)
+          text = nlohmann::json::parse(text)["chat_template"].get<std::string>();
+        zerorun::JinjaTemplate tpl(text, file);
+        for (size_t i = 0; i < cases.size(); ++i) {
+          nlohmann::ordered_json j;
+          j["template"] = name;
+          j["case"] = i;
+          try {
+            j["out"] = tpl.render(cases[i]);
+          } catch (const zerorun::Error& e) {
+            j["error"] = true;
+            j["message"] = e.what();
+          }
+          out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+        }
+      }
       return 0;
     }
     if (argc < 4) {
