@@ -1,7 +1,9 @@
-// DeepSpeed-format JSON config -> typed structs. Parsing checks keys and
-// types (unknown keys are errors with a suggestion, known-but-unimplemented
-// DeepSpeed keys are warnings); resolve() applies DeepSpeed's batch rule and
-// zerorun's "auto" rules once the world size and model are known.
+// DeepSpeed-format JSON config -> typed structs. Config files are read as DeepSpeed reads them (hjson: comments,
+// trailing commas, a BOM). Parsing checks keys and types: unknown top-level keys are warnings with a suggestion
+// (DeepSpeed ignores them), unknown keys inside a block are errors with a suggestion (DeepSpeed's blocks forbid
+// extras), known-but-unimplemented DeepSpeed keys are warnings; DeepSpeed's aliases and legacy spellings are
+// mapped. resolve() applies DeepSpeed's batch rule and zerorun's "auto" rules once the world size and model are
+// known, each "auto" noted with the value chosen and why.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -85,6 +87,8 @@ struct Config {
   ZeroConfig zero;
   TrainConfig train;
   std::vector<std::string> warnings;
+  // How each "auto" (and each alias or legacy spelling) was resolved: logged at start by the trainer.
+  std::vector<std::string> notes;
 
   // Filled by resolve():
   int64_t batch = 0, micro = 0, gas = 0;

@@ -51,19 +51,20 @@ struct LrMom {
   std::optional<double> beta1;  // OneCycle cycles momentum (Adam beta1 / SGD momentum)
 };
 
-// DeepSpeed scheduler semantics: value used for the optimizer step with
-// index `it` (0-based; DeepSpeed's last_batch_iteration after its step()).
+// DeepSpeed 0.19.5's schedulers: at(k) is what optimizer step k+1 (0-based k) runs with. DeepSpeed steps the
+// scheduler after the optimizer, so step 1 (at(-1)) runs with what the scheduler's constructor set and step k+1
+// with get_lr() at last_batch_iteration + 1 + k (params.last_batch_iteration, default -1, starts a schedule
+// part-way; with a value other than -1 the constructor sets nothing, so step 1 runs at the optimizer's own lr).
 class LrSchedule {
  public:
   LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64_t total_steps);
-  // The schedule at iteration `it` of this run, shifted by params.last_batch_iteration + 1 (DeepSpeed's way of
-  // starting a schedule part-way: -1, the default, starts at 0).
-  LrMom at(int64_t it) const { return at_iteration(it + offset_); }
+  LrMom at(int64_t it) const;
   std::string type() const { return type_; }
 
  private:
   LrMom at_iteration(int64_t it) const;
-  int64_t offset_ = 0;
+  int64_t last_batch_iteration_ = -1;
+  bool cycle_momentum_ = false;
   std::string type_;
   double base_lr_, base_beta1_;
   nlohmann::json p_;

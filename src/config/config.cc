@@ -3,7 +3,9 @@
 #include "zerorun/config.h"
 
 #include <cmath>
+#include <map>
 #include <set>
+#include <sstream>
 
 #include "zerorun/error.h"
 #include "zerorun/strict_json.h"
@@ -34,8 +36,11 @@ class Reader {
   Reader(const json& j, std::string path, Config& c) : j_(j), path_(std::move(path)), c_(c) {
     ZR_CHECK(j.is_object(), c.source, ": '", path_.empty() ? "<top level>" : path_, "' must be a JSON object");
   }
-  // Declares keys: `impl` are understood; `known` are DeepSpeed keys zerorun ignores (warning).
-  void keys(const std::vector<std::string>& impl, const std::vector<std::string>& known = {}) {
+  // Declares keys: `impl` are understood; `known` are DeepSpeed keys zerorun ignores (warning). Any other key is an
+  // error with a suggestion inside a block (DeepSpeed's blocks forbid extra keys) and, with `unknown_warns` (the
+  // top level, where DeepSpeed ignores keys it does not know), a warning with a suggestion.
+  void keys(const std::vector<std::string>& impl, const std::vector<std::string>& known = {},
+            bool unknown_warns = false) {
     std::vector<std::string> all = impl;
     all.insert(all.end(), known.begin(), known.end());
     for (auto& [k, v] : j_.items()) {
@@ -45,7 +50,13 @@ class Reader {
         continue;
       }
       std::string s = did_you_mean(k, all);
-      ZR_FAIL(c_.source, ": unknown key '", key(k), "'", s.empty() ? "" : " (did you mean '" + key(s) + "'?)");
+      const std::string hint = s.empty() ? "" : " (did you mean '" + key(s) + "'?)";
+      if (unknown_warns) {
+        c_.warnings.push_back(c_.source + ": unknown top-level key '" + key(k) + "' ignored, as DeepSpeed ignores it" +
+                              hint);
+        continue;
+      }
+      ZR_FAIL(c_.source, ": unknown key '", key(k), "'", hint);
     }
   }
   bool has(const std::string& k) const { return j_.contains(k); }
@@ -87,13 +98,34 @@ class Reader {
     return j_[k].get<std::string>();
   }
   Reader sub(const std::string& k) const { return Reader(j_[k], key(k), c_); }
+  // "auto" (or absent) -> `def`; an "auto" is noted with the value and why.
+  int64_t integer_auto(const std::string& k, int64_t def, const std::string& why) const {
+    if (!is_auto(k)) return integer(k, def);
+    note_auto(k, std::to_string(def), why);
+    return def;
+  }
+  bool boolean_auto(const std::string& k, bool def, const std::string& why) const {
+    if (!is_auto(k)) return boolean(k, def);
+    note_auto(k, def ? "true" : "false", why);
+    return def;
+  }
+  void note_auto(const std::string& k, const std::string& value, const std::string& why) const {
+    c_.notes.push_back("config: '" + key(k) + "' \"auto\" -> " + value + " (" + why + ")");
+  }
   const json& at(const std::string& k) const { return j_[k]; }
+  const json& self() const { return j_; }
 
  private:
   const json& j_;
   std::string path_;
   Config& c_;
 };
+
+std::string fmt(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
 
 void parse_optimizer(Reader r, Config& c) {
   r.keys({"type", "params"}, {"legacy_fusion"});
@@ -112,6 +144,10 @@ void parse_optimizer(Reader r, Config& c) {
     ZR_FAIL(c.source, ": 'optimizer.type' \"", t, "\" is not supported (zerorun implements Adam, AdamW, SGD)");
   if (!r.has("params")) return;
   Reader p = r.sub("params");
+  // DeepSpeed hands these to the optimizer's constructor, which rejects them (it only warns about the value).
+  if (p.has("max_grad_norm"))
+    ZR_FAIL(c.source, ": 'optimizer.params.max_grad_norm' is not an optimizer parameter (DeepSpeed's optimizers ",
+            "reject it): clip with the top-level \"gradient_clipping\": ", p.at("max_grad_norm").dump(), " instead");
   if (o.type == "SGD") {
     p.keys({"lr", "momentum", "dampening", "weight_decay", "nesterov"}, {"maximize", "foreach", "differentiable"});
     o.momentum = p.num("momentum", 0.0);
@@ -120,7 +156,9 @@ void parse_optimizer(Reader r, Config& c) {
   } else {
     p.keys({"lr", "betas", "eps", "weight_decay", "adam_w_mode", "bias_correction", "torch_adam"},
            {"amsgrad", "fused", "foreach", "capturable", "set_grad_none"});
-    if (p.has("betas") && !p.is_auto("betas")) {
+    if (p.is_auto("betas")) {
+      p.note_auto("betas", "[0.9, 0.999]", "torch's default, as the HF Trainer fills it");
+    } else if (p.has("betas")) {
       const json& b = p.at("betas");
       ZR_CHECK(b.is_array() && b.size() == 2 && b[0].is_number() && b[1].is_number(), c.source,
                ": 'optimizer.params.betas' must be [beta1, beta2], got ", b.dump());
@@ -129,15 +167,24 @@ void parse_optimizer(Reader r, Config& c) {
       ZR_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, c.source,
                ": 'optimizer.params.betas' must lie in [0, 1)");
     }
-    if (!p.is_auto("eps")) o.eps = p.num("eps", o.eps);
+    if (p.is_auto("eps"))
+      p.note_auto("eps", fmt(o.eps), "the default, as the HF Trainer fills it");
+    else
+      o.eps = p.num("eps", o.eps);
     o.adam_w_mode = o.type == "AdamW" ? true : p.boolean("adam_w_mode", true);
     o.bias_correction = p.boolean("bias_correction", true);
     if (p.has("amsgrad") && p.at("amsgrad") == true)
       ZR_FAIL(c.source, ": 'optimizer.params.amsgrad' true is not supported");
   }
-  if (!p.is_auto("lr")) o.lr = p.num("lr", o.lr);
-  if (!p.is_auto("weight_decay")) o.weight_decay = p.num("weight_decay", o.weight_decay);
-  ZR_CHECK(o.lr >= 0, c.source, ": 'optimizer.params.lr' must be >= 0");
+  if (p.is_auto("lr"))
+    p.note_auto("lr", fmt(o.lr), "DeepSpeed's default lr; write a number to choose another");
+  else
+    o.lr = p.num("lr", o.lr);
+  if (p.is_auto("weight_decay"))
+    p.note_auto("weight_decay", fmt(o.weight_decay), "the default, as the HF Trainer fills it");
+  else
+    o.weight_decay = p.num("weight_decay", o.weight_decay);
+  ZR_CHECK(std::isfinite(o.lr) && o.lr >= 0, c.source, ": 'optimizer.params.lr' must be >= 0");
   ZR_CHECK(o.weight_decay >= 0, c.source, ": 'optimizer.params.weight_decay' must be >= 0, got ", o.weight_decay);
   ZR_CHECK(o.eps >= 0, c.source, ": 'optimizer.params.eps' must be >= 0, got ", o.eps);
   ZR_CHECK(o.momentum >= 0 && o.dampening >= 0, c.source, ": 'optimizer.params.momentum' and 'dampening' must be >= 0");
@@ -175,8 +222,11 @@ void parse_scheduler(Reader r, Config& c) {
     p.keys(it->second);
     for (auto& [k, v] : r.at("params").items()) {
       if (k == "warmup_type") {
-        ZR_CHECK(v == "log" || v == "linear", c.source, ": 'scheduler.params.warmup_type' must be \"log\" or ",
-                 "\"linear\", got ", v.dump());
+        ZR_CHECK(v.is_string(), c.source, ": 'scheduler.params.warmup_type' must be \"log\" or \"linear\", got ",
+                 v.dump());
+        if (v != "log" && v != "linear")  // DeepSpeed 0.19.5 warns and warms up logarithmically
+          c.warnings.push_back(c.source + ": 'scheduler.params.warmup_type' " + v.dump() +
+                               " is neither \"log\" nor \"linear\": the warmup is logarithmic, as in DeepSpeed");
       } else if (k == "lr_range_test_staircase" || k == "cycle_momentum") {
         ZR_CHECK(v.is_boolean(), c.source, ": 'scheduler.params.", k, "' must be true or false");
       } else {
@@ -206,16 +256,33 @@ void parse_scheduler(Reader r, Config& c) {
              k.find("stair_count") != std::string::npos)
       ZR_CHECK(x >= 0, c.source, ": 'scheduler.params.", k, "' must be >= 0, got ", x);
   }
-  if (c.scheduler.type == "WarmupCosineLR" && num("total_num_steps")) {
+  const std::string& type = c.scheduler.type;
+  if ((type == "WarmupDecayLR" || type == "WarmupCosineLR") && !sp.contains("total_num_steps"))
+    ZR_FAIL(c.source, ": scheduler ", type, " needs 'scheduler.params.total_num_steps' (DeepSpeed has no default; ",
+            "\"auto\" is the run's steps)");
+  if (type == "OneCycle")
+    for (const char* k : {"cycle_min_lr", "cycle_max_lr"})
+      ZR_CHECK(sp.contains(k), c.source, ": scheduler OneCycle needs 'scheduler.params.", k,
+               "' (DeepSpeed has no default)");
+  if ((type == "WarmupDecayLR" || type == "WarmupCosineLR") && num("total_num_steps")) {
     const double warm = std::max(2.0, num("warmup_num_steps").value_or(1000));
     const double total = *num("total_num_steps");
-    ZR_CHECK(total != warm, c.source, ": 'scheduler.params.total_num_steps' equals warmup_num_steps (", warm,
-             "): the cosine phase would divide by zero steps");
     if (total < warm)
-      c.warnings.push_back(c.source + ": scheduler WarmupCosineLR: total_num_steps " +
-                           std::to_string(static_cast<long long>(total)) + " < warmup_num_steps " +
-                           std::to_string(static_cast<long long>(warm)) +
-                           ": the lr never leaves the warmup (DeepSpeed warns too)");
+      c.warnings.push_back(c.source + ": scheduler " + type + ": total_num_steps " + fmt(total) +
+                           " < warmup_num_steps " + fmt(warm) + " (DeepSpeed warns too)");
+  }
+  if (type == "OneCycle" && sp.value("cycle_momentum", true)) {
+    if (c.optimizer.type == "SGD") {
+      c.warnings.push_back(c.source +
+                           ": scheduler OneCycle: cycle_momentum is off with SGD, as in DeepSpeed (torch's SGD has "
+                           "no betas); the momentum stays at optimizer.params.momentum");
+    } else if (c.optimizer.beta2 != 0.99) {
+      c.notes.push_back(
+          "config: scheduler OneCycle with cycle_momentum sets the optimizer's betas to (momentum, 0.99) "
+          "as DeepSpeed's does: beta2 " +
+          fmt(c.optimizer.beta2) + " -> 0.99");
+      c.optimizer.beta2 = 0.99;
+    }
   }
 }
 
@@ -243,8 +310,8 @@ OffloadConfig parse_offload(Reader r, const Config& c, bool param) {
   if (param)
     r.keys({"device", "pin_memory"}, {"buffer_count", "buffer_size", "max_in_cpu", "nvme_path"});
   else
-    r.keys({"device", "pin_memory"},
-           {"buffer_count", "fast_init", "pipeline_read", "pipeline_write", "pipeline", "nvme_path", "ratio"});
+    r.keys({"device", "pin_memory"}, {"buffer_count", "fast_init", "pipeline_read", "pipeline_write", "pipeline",
+                                      "nvme_path", "ratio", "super_offload", "cpuadam_cores_perc"});
   OffloadConfig o;
   o.device = r.str("device", "none");
   ZR_CHECK(o.device == "none" || o.device == "cpu", c.source, ": '", r.key("device"), "' \"", o.device,
@@ -254,55 +321,130 @@ OffloadConfig parse_offload(Reader r, const Config& c, bool param) {
 }
 
 void parse_zero(Reader r, Config& c) {
-  r.keys({"stage", "offload_optimizer", "offload_param", "overlap_comm", "contiguous_gradients", "reduce_scatter",
-          "reduce_bucket_size", "allgather_partitions", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-          "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
-          "stage3_gather_16bit_weights_on_model_save", "stage3_gather_fp16_weights_on_model_save", "sub_group_size",
-          "round_robin_gradients", "elastic_checkpoint", "ignore_unused_parameters"},
-         {"load_from_fp32_weights", "cpu_offload", "cpu_offload_params", "cpu_offload_use_pin_memory",
-          "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
-          "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
-          "pipeline_loading_checkpoint", "override_module_apply", "stage3_model_persistence_threshold", "legacy_stage1",
-          "use_multi_rank_bucket_allreduce", "log_trace_cache_warnings"});
+  const json& zj = r.self();
+  // DeepSpeed's field names without the stage3_ prefix are accepted as aliases (pydantic populate_by_name).
+  static const char* kAliased[] = {"prefetch_bucket_size",         "param_persistence_threshold",
+                                   "model_persistence_threshold",  "max_live_parameters",
+                                   "max_reuse_distance",           "gather_16bit_weights_on_model_save",
+                                   "module_granularity_threshold", "use_all_reduce_for_fetch_params",
+                                   "allgather_sequential",         "partition_stream_chunk_size"};
+  json z_in = zj;
+  for (const char* a : kAliased) {
+    const std::string full = std::string("stage3_") + a;
+    if (!z_in.contains(a)) continue;
+    ZR_CHECK(!z_in.contains(full), c.source, ": 'zero_optimization.", a, "' and 'zero_optimization.", full,
+             "' are the same setting: give one");
+    c.notes.push_back("config: 'zero_optimization." + std::string(a) + "' read as 'zero_optimization." + full +
+                      "' (DeepSpeed's alias)");
+    z_in[full] = z_in[a];
+    z_in.erase(a);
+  }
+  // Deprecated spellings DeepSpeed maps onto their replacements (an error when both are given, as there).
+  auto deprecated = [&](const char* old_key, const char* new_key) {
+    if (!z_in.contains(old_key)) return false;
+    ZR_CHECK(!z_in.contains(new_key), c.source, ": 'zero_optimization.", old_key,
+             "' (deprecated) and 'zero_optimization.", new_key, "' cannot be given together");
+    return true;
+  };
+  if (deprecated("stage3_gather_fp16_weights_on_model_save", "stage3_gather_16bit_weights_on_model_save")) {
+    z_in["stage3_gather_16bit_weights_on_model_save"] = z_in["stage3_gather_fp16_weights_on_model_save"];
+    z_in.erase("stage3_gather_fp16_weights_on_model_save");
+  }
+  for (auto [old_key, new_key] :
+       {std::pair{"cpu_offload", "offload_optimizer"}, std::pair{"cpu_offload_param", "offload_param"}}) {
+    if (!deprecated(old_key, new_key)) continue;
+    const json v = z_in[old_key];
+    ZR_CHECK(v.is_boolean(), c.source, ": 'zero_optimization.", old_key, "' must be true or false, got ", v.dump());
+    if (v.get<bool>()) {
+      z_in[new_key] = json{{"device", "cpu"}};
+      c.notes.push_back(std::string("config: 'zero_optimization.") + old_key + "' true (deprecated) read as '" +
+                        "zero_optimization." + new_key + "': {\"device\": \"cpu\"}, as DeepSpeed maps it");
+    }
+    z_in.erase(old_key);
+  }
+  if (z_in.contains("cpu_offload_use_pin_memory")) {  // DeepSpeed keeps it only for the warning
+    c.warnings.push_back(c.source +
+                         ": 'zero_optimization.cpu_offload_use_pin_memory' is deprecated and ignored, as in "
+                         "DeepSpeed: set pin_memory in offload_optimizer/offload_param");
+    z_in.erase("cpu_offload_use_pin_memory");
+  }
+  Reader zr(z_in, "zero_optimization", c);
+  zr.keys({"stage",
+           "offload_optimizer",
+           "offload_param",
+           "overlap_comm",
+           "contiguous_gradients",
+           "reduce_scatter",
+           "reduce_bucket_size",
+           "allgather_partitions",
+           "allgather_bucket_size",
+           "stage3_prefetch_bucket_size",
+           "stage3_param_persistence_threshold",
+           "stage3_max_live_parameters",
+           "stage3_max_reuse_distance",
+           "stage3_gather_16bit_weights_on_model_save",
+           "sub_group_size",
+           "round_robin_gradients",
+           "elastic_checkpoint",
+           "ignore_unused_parameters",
+           "load_from_fp32_weights",
+           "use_multi_rank_bucket_allreduce",
+           "log_trace_cache_warnings",
+           "enable_sanity_checks"},
+          {"zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
+           "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather", "memory_efficient_linear",
+           "pipeline_loading_checkpoint", "override_module_apply", "stage3_model_persistence_threshold",
+           "legacy_stage1", "zeropp_loco_param", "zenflow", "stage3_module_granularity_threshold",
+           "stage3_use_all_reduce_for_fetch_params", "stage3_allgather_sequential",
+           "stage3_partition_stream_chunk_size", "save_muon_momentum_buffer_in_memory", "leaf_module"});
   ZeroConfig& z = c.zero;
-  int64_t st = r.integer("stage", 0);
+  int64_t st = zr.integer("stage", 0);
   ZR_CHECK(st >= 0 && st <= 3, c.source, ": 'zero_optimization.stage' must be 0, 1, 2 or 3, got ", st);
   z.stage = static_cast<int>(st);
-  if (r.has("offload_optimizer")) z.offload_optimizer = parse_offload(r.sub("offload_optimizer"), c, false);
-  if (r.has("offload_param")) z.offload_param = parse_offload(r.sub("offload_param"), c, true);
+  if (zr.has("offload_optimizer") && !zr.at("offload_optimizer").is_null())
+    z.offload_optimizer = parse_offload(zr.sub("offload_optimizer"), c, false);
+  if (zr.has("offload_param") && !zr.at("offload_param").is_null())
+    z.offload_param = parse_offload(zr.sub("offload_param"), c, true);
   ZR_CHECK(z.offload_param.device == "none" || z.stage == 3, c.source,
            ": 'zero_optimization.offload_param' needs stage 3 (stage is ", z.stage, ")");
-  z.overlap_comm = r.boolean("overlap_comm", z.stage == 3);
-  z.contiguous_gradients = r.boolean("contiguous_gradients", true);
-  z.reduce_scatter = r.boolean("reduce_scatter", true);
-  r.boolean("allgather_partitions", true);
-  r.boolean("round_robin_gradients", false);
-  r.boolean("elastic_checkpoint", false);
-  r.boolean("ignore_unused_parameters", true);
+  const std::string dflt = "DeepSpeed's default";
+  z.overlap_comm = zr.boolean_auto("overlap_comm", z.stage == 3, dflt + " for stage " + std::to_string(z.stage));
+  z.contiguous_gradients = zr.boolean_auto("contiguous_gradients", true, dflt);
+  z.reduce_scatter = zr.boolean_auto("reduce_scatter", true, dflt);
+  for (const char* k : {"allgather_partitions", "ignore_unused_parameters", "load_from_fp32_weights",
+                        "use_multi_rank_bucket_allreduce"})
+    zr.boolean_auto(k, true, dflt);
+  for (const char* k :
+       {"round_robin_gradients", "elastic_checkpoint", "log_trace_cache_warnings", "enable_sanity_checks"})
+    zr.boolean_auto(k, false, dflt);
   const int64_t kDefBucket = 500000000;
-  z.reduce_bucket_size = r.int_or_auto("reduce_bucket_size", kDefBucket);
-  z.allgather_bucket_size = r.int_or_auto("allgather_bucket_size", kDefBucket);
-  z.stage3_prefetch_bucket_size = r.int_or_auto("stage3_prefetch_bucket_size", 50000000);
-  z.stage3_param_persistence_threshold = r.int_or_auto("stage3_param_persistence_threshold", 100000);
-  z.stage3_max_live_parameters = r.integer("stage3_max_live_parameters", z.stage3_max_live_parameters);
-  z.stage3_max_reuse_distance = r.integer("stage3_max_reuse_distance", z.stage3_max_reuse_distance);
-  z.sub_group_size = r.integer("sub_group_size", z.sub_group_size);
-  z.stage3_gather_16bit_weights_on_model_save = r.boolean("stage3_gather_16bit_weights_on_model_save",
-                                                          r.boolean("stage3_gather_fp16_weights_on_model_save", false));
-  for (auto* k : {"reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size"}) {
-    std::optional<int64_t> v = r.int_or_auto(k, 1);
-    ZR_CHECK(!v || *v > 0, c.source, ": 'zero_optimization.", k, "' must be positive");
+  z.reduce_bucket_size = zr.int_or_auto("reduce_bucket_size", kDefBucket);
+  z.allgather_bucket_size = zr.int_or_auto("allgather_bucket_size", kDefBucket);
+  z.stage3_prefetch_bucket_size = zr.int_or_auto("stage3_prefetch_bucket_size", 50000000);
+  z.stage3_param_persistence_threshold = zr.int_or_auto("stage3_param_persistence_threshold", 100000);
+  z.stage3_max_live_parameters = zr.integer_auto("stage3_max_live_parameters", z.stage3_max_live_parameters, dflt);
+  z.stage3_max_reuse_distance = zr.integer_auto("stage3_max_reuse_distance", z.stage3_max_reuse_distance, dflt);
+  z.sub_group_size = zr.integer_auto("sub_group_size", z.sub_group_size, dflt);
+  z.stage3_gather_16bit_weights_on_model_save = zr.boolean_auto(
+      "stage3_gather_16bit_weights_on_model_save", false,
+      "accelerate's default zero3_save_16bit_model; zerorun merge writes whole weights from any checkpoint");
+  // DeepSpeed's fields are Field(ge=0): 0 is allowed (a bucket per parameter, no prefetch, nothing kept whole).
+  for (auto* k : {"reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
+                  "stage3_param_persistence_threshold", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                  "sub_group_size"}) {
+    if (zr.is_auto(k) || !zr.has(k)) continue;
+    ZR_CHECK(zr.integer(k, 0) >= 0, c.source, ": 'zero_optimization.", k, "' must be >= 0, got ", zr.at(k).dump());
   }
   // Values asking for a behaviour zerorun does not have: said once, not silently ignored.
   auto no_effect = [&](const char* key, const char* value, const std::string& why) {
     c.warnings.push_back(c.source + ": 'zero_optimization." + key + "' " + value + " has no effect here: " + why);
   };
-  if (r.has("reduce_scatter") && !z.reduce_scatter)
+  if (zr.has("reduce_scatter") && !z.reduce_scatter)
     no_effect("reduce_scatter", "false",
               "stages 2-3 always reduce-scatter each gradient bucket (an all-reduce would give the same values)");
-  if (r.has("contiguous_gradients") && !z.contiguous_gradients)
+  if (zr.has("contiguous_gradients") && !z.contiguous_gradients)
     no_effect("contiguous_gradients", "false", "gradients always live in one flat buffer");
-  if (r.has("overlap_comm") && !z.overlap_comm && z.stage == 3)
+  if (zr.has("overlap_comm") && !z.overlap_comm && z.stage == 3)
     no_effect("overlap_comm", "false", "stage 3 always prefetches the next block's parameters");
   if (z.stage3_gather_16bit_weights_on_model_save)
     no_effect("stage3_gather_16bit_weights_on_model_save", "true",
@@ -341,9 +483,9 @@ Config parse_config(const json& j, const std::string& source) {
   c.raw = j;
   Reader r(j, "", c);
   r.keys({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
-          "fp16", "bf16", "zero_optimization", "gradient_clipping", "steps_per_print", "wall_clock_breakdown",
-          "activation_checkpointing", "train", "zero_allow_untested_optimizer", "prescale_gradients",
-          "gradient_predivide_factor"},
+          "fp16", "bf16", "bfloat16", "zero_optimization", "gradient_clipping", "steps_per_print",
+          "wall_clock_breakdown", "activation_checkpointing", "train", "zero_allow_untested_optimizer",
+          "prescale_gradients", "gradient_predivide_factor"},
          {"amp",
           "flops_profiler",
           "tensorboard",
@@ -377,7 +519,18 @@ Config parse_config(const json& j, const std::string& source) {
           "hybrid_engine",
           "eigenvalue",
           "progressive_layer_drop",
-          "quantize_training"});
+          "quantize_training",
+          "compile",
+          "tensor_parallel",
+          "expert_parallel",
+          "gradient_allreduce_op",
+          "managed_gradient_accumulation",
+          "dataloader_drop_last",
+          "log_level",
+          "datastates_ckpt",
+          "sequence_parallel_size",
+          "vocabulary_size"},
+         /*unknown_warns=*/true);
   auto batch_key = [&](const char* k) -> std::optional<int64_t> {
     if (!r.has(k) || r.is_auto(k)) return std::nullopt;
     int64_t v = r.integer(k, 0);
@@ -390,19 +543,43 @@ Config parse_config(const json& j, const std::string& source) {
   if (r.has("optimizer")) parse_optimizer(r.sub("optimizer"), c);
   if (r.has("scheduler")) parse_scheduler(r.sub("scheduler"), c);
   if (r.has("fp16")) parse_loss_scale(r.sub("fp16"), c);
-  if (r.has("bf16")) {
-    Reader b = r.sub("bf16");
-    b.keys({"enabled"}, {"immediate_grad_update", "check_grad_overflow"});
+  // "bfloat16" is the block's old name (DeepSpeed reads it when "bf16" is absent).
+  const char* bf_key = r.has("bf16") ? "bf16" : r.has("bfloat16") ? "bfloat16" : nullptr;
+  if (r.has("bf16") && r.has("bfloat16"))
+    c.warnings.push_back(source +
+                         ": both 'bf16' and 'bfloat16' (its old name) are given: 'bfloat16' is ignored, as "
+                         "in DeepSpeed");
+  else if (bf_key && std::string(bf_key) == "bfloat16")
+    c.notes.push_back("config: 'bfloat16' read as 'bf16' (its old name in DeepSpeed)");
+  if (bf_key) {
+    Reader b = r.sub(bf_key);
+    b.keys({"enabled"},
+           {"immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads", "bf16_optimizer_states"});
     c.bf16_enabled = b.bool_or_auto("enabled", "false");
   }
   if (c.fp16_enabled == "true" && c.bf16_enabled == "true")
     ZR_FAIL(source, ": 'fp16.enabled' and 'bf16.enabled' cannot both be true");
-  if (r.has("zero_optimization")) parse_zero(r.sub("zero_optimization"), c);
-  if (!r.is_auto("gradient_clipping")) c.gradient_clipping = r.num("gradient_clipping", 0.0);
+  if (r.has("zero_optimization")) {
+    if (r.at("zero_optimization").is_boolean()) {  // DeepSpeed's deprecated form: true = stage 1
+      const bool on = r.at("zero_optimization").get<bool>();
+      c.zero.stage = on ? 1 : 0;
+      c.warnings.push_back(source + ": 'zero_optimization': " + (on ? "true" : "false") +
+                           " is DeepSpeed's deprecated form, read as {\"stage\": " + (on ? "1" : "0") +
+                           "}; write the block instead");
+    } else {
+      parse_zero(r.sub("zero_optimization"), c);
+    }
+  }
+  if (r.is_auto("gradient_clipping")) {
+    c.gradient_clipping = 1.0;
+    r.note_auto("gradient_clipping", "1.0", "the HF Trainer's max_grad_norm default, which it fills in");
+  } else {
+    c.gradient_clipping = r.num("gradient_clipping", 0.0);
+  }
   ZR_CHECK(c.gradient_clipping >= 0, source, ": 'gradient_clipping' must be >= 0");
   c.steps_per_print = r.integer("steps_per_print", 10);
   ZR_CHECK(c.steps_per_print > 0, source, ": 'steps_per_print' must be positive");
-  c.wall_clock_breakdown = r.boolean("wall_clock_breakdown", false);
+  c.wall_clock_breakdown = r.boolean_auto("wall_clock_breakdown", false, "DeepSpeed's default");
   if (c.wall_clock_breakdown)
     c.warnings.push_back(c.source +
                          ": 'wall_clock_breakdown' true has no effect here: ZERORUN_PROFILE=1 prints time per op, "
@@ -420,7 +597,7 @@ Config parse_config(const json& j, const std::string& source) {
   return c;
 }
 
-Config load_config(const std::string& path) { return parse_config(load_json_file_strict(path), path); }
+Config load_config(const std::string& path) { return parse_config(load_config_file(path), path); }
 
 void resolve_config(Config& c, const ResolveContext& ctx) {
   const int64_t W = ctx.world_size;
@@ -446,15 +623,29 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
     ga = 1;
     tb = *mb * W;
   } else {
-    ZR_FAIL(c.source, ": either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+    ZR_FAIL(c.source, ": either train_batch_size or train_micro_batch_size_per_gpu needs to be provided",
+            c.raw.contains("train_micro_batch_size_per_gpu") ? " (\"auto\": pass --micro_batch_size N, the HF "
+                                                               "Trainer's per_device_train_batch_size)"
+                                                             : "");
   }
   ZR_CHECK(*tb > 0 && *mb > 0 && *ga > 0 && *tb == *mb * *ga * W, c.source,
            ": Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
            "gradient_acc_step * world_size ",
            *tb, " != ", *mb, " * ", *ga, " * ", W);
+  const bool first = c.batch == 0;  // resolve may run again (tests); note once
   c.batch = *tb;
   c.micro = *mb;
   c.gas = *ga;
+  auto is_auto = [&](const json& j, const char* k) { return j.is_object() && j.contains(k) && j[k] == "auto"; };
+  auto note = [&](const std::string& key, const std::string& v, const std::string& why) {
+    if (first) c.notes.push_back("config: '" + key + "' \"auto\" -> " + v + " (" + why + ")");
+  };
+  const std::string rule = "DeepSpeed's rule train_batch_size = micro x gas x world (" + std::to_string(W) + ")";
+  if (is_auto(c.raw, "train_batch_size")) note("train_batch_size", std::to_string(*tb), rule);
+  if (is_auto(c.raw, "train_micro_batch_size_per_gpu"))
+    note("train_micro_batch_size_per_gpu", std::to_string(*mb),
+         c.train_batch_size || !c.micro_batch ? rule : "--micro_batch_size, or the config's own value");
+  if (is_auto(c.raw, "gradient_accumulation_steps")) note("gradient_accumulation_steps", std::to_string(*ga), rule);
   // Precision: "auto" -> bf16 on GPUs that have it, fp32 on CPU.
   auto pick = [&](const std::string& v) { return v == "true" || (v == "auto" && ctx.on_gpu); };
   if (pick(c.bf16_enabled) && (c.bf16_enabled == "true" || ctx.gpu_has_bf16))
@@ -463,14 +654,58 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
     c.precision = Precision::FP16;
   else
     c.precision = Precision::FP32;
+  if (c.bf16_enabled == "auto")
+    note("bf16.enabled", c.precision == Precision::BF16 ? "true" : "false",
+         ctx.on_gpu ? (ctx.gpu_has_bf16 ? "the GPU has bf16" : "the GPU has no bf16") : "training on the CPU");
+  if (c.fp16_enabled == "auto")
+    note("fp16.enabled", c.precision == Precision::FP16 ? "true" : "false",
+         c.precision == Precision::BF16 ? "bf16 is used"
+         : ctx.on_gpu                   ? "the GPU"
+                                        : "training on the CPU");
   // Bucket "auto" values from the hidden size (as the HF integration does).
   const int64_t h2 = ctx.hidden * ctx.hidden;
   ZeroConfig& z = c.zero;
-  if (!z.reduce_bucket_size) z.reduce_bucket_size = std::max<int64_t>(h2, 1);
-  if (!z.allgather_bucket_size) z.allgather_bucket_size = std::max<int64_t>(h2, 1);
-  if (!z.stage3_prefetch_bucket_size)
+  const std::string hid = "hidden size " + std::to_string(ctx.hidden);
+  if (!z.reduce_bucket_size) {
+    z.reduce_bucket_size = std::max<int64_t>(h2, 1);
+    note("zero_optimization.reduce_bucket_size", std::to_string(*z.reduce_bucket_size), "hidden^2, " + hid);
+  }
+  if (!z.allgather_bucket_size) {
+    z.allgather_bucket_size = std::max<int64_t>(h2, 1);
+    note("zero_optimization.allgather_bucket_size", std::to_string(*z.allgather_bucket_size), "hidden^2, " + hid);
+  }
+  if (!z.stage3_prefetch_bucket_size) {
     z.stage3_prefetch_bucket_size = std::max<int64_t>(static_cast<int64_t>(0.9 * static_cast<double>(h2)), 1);
-  if (!z.stage3_param_persistence_threshold) z.stage3_param_persistence_threshold = 10 * ctx.hidden;
+    note("zero_optimization.stage3_prefetch_bucket_size", std::to_string(*z.stage3_prefetch_bucket_size),
+         "0.9 x hidden^2, " + hid);
+  }
+  if (!z.stage3_param_persistence_threshold) {
+    z.stage3_param_persistence_threshold = 10 * ctx.hidden;
+    note("zero_optimization.stage3_param_persistence_threshold", std::to_string(*z.stage3_param_persistence_threshold),
+         "10 x hidden, " + hid);
+  }
+  // Scheduler "auto" values, as the HF Trainer fills them.
+  json& sp = c.scheduler.params;
+  if (!c.scheduler.type.empty() && sp.is_object()) {
+    const std::string lr = fmt(c.optimizer.lr);
+    for (auto& [k, v] : sp.items()) {
+      if (v != "auto") continue;
+      const std::string key = "scheduler.params." + k;
+      if (k == "warmup_max_lr" || k == "cycle_max_lr") {
+        v = c.optimizer.lr;
+        note(key, lr, "the optimizer's lr");
+      } else if (k == "total_num_steps" && c.train.steps > 0) {
+        v = c.train.steps;
+        note(key, std::to_string(c.train.steps), "the run's steps");
+      } else if (k == "warmup_num_steps") {
+        v = 0;
+        note(key, "0", "the HF Trainer's default warmup_steps (DeepSpeed then warms up over 2 steps)");
+      } else if (k == "warmup_min_lr" || k == "cycle_min_lr") {
+        v = 0;
+        note(key, "0", "as the HF Trainer fills it");
+      }
+    }
+  }
 }
 
 }  // namespace zerorun

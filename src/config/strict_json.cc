@@ -3,7 +3,9 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <set>
 
 #include "zerorun/error.h"
@@ -14,10 +16,21 @@ namespace {
 
 class Parser {
  public:
-  Parser(const std::string& t, const std::string& src) : t_(t), src_(src) {}
+  // hjson: the superset DeepSpeed reads config files with (hjson-py): a UTF-8 byte order mark, comments (#, //,
+  // /* */), commas optional at line ends and allowed before a closing bracket, keys without quotes, '...' and
+  // '''...''' strings, strings without quotes (to the end of the line), and the root object's braces left out.
+  Parser(const std::string& t, const std::string& src, bool hjson) : t_(t), src_(src), hjson_(hjson) {}
   nlohmann::json parse() {
+    if (t_.compare(0, 3, "\xef\xbb\xbf") == 0) {
+      if (!hjson_) fail("the file starts with a UTF-8 byte order mark (BOM), which JSON does not allow");
+      p_ = 3;
+    }
     skip_ws();
-    nlohmann::json v = value(0);
+    nlohmann::json v;
+    if (hjson_ && p_ < t_.size() && t_[p_] != '{' && t_[p_] != '[' && root_without_braces())
+      v = members(0, '\0');
+    else
+      v = value(0);
     skip_ws();
     if (p_ < t_.size()) fail("unexpected content after the JSON value");
     return v;
@@ -38,13 +51,64 @@ class Parser {
     ZR_FAIL(src_, ":", line, ":", col, ": ", msg);
   }
   void skip_ws() {
-    while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\t' || t_[p_] == '\n' || t_[p_] == '\r')) ++p_;
+    for (;;) {
+      while (p_ < t_.size() && (t_[p_] == ' ' || t_[p_] == '\t' || t_[p_] == '\n' || t_[p_] == '\r')) ++p_;
+      if (!hjson_ || p_ >= t_.size()) return;
+      if (t_[p_] == '#' || t_.compare(p_, 2, "//") == 0) {
+        while (p_ < t_.size() && t_[p_] != '\n') ++p_;
+      } else if (t_.compare(p_, 2, "/*") == 0) {
+        const size_t at = p_, end = t_.find("*/", p_ + 2);
+        if (end == std::string::npos) fail("unterminated /* comment", at);
+        p_ = end + 2;
+      } else {
+        return;
+      }
+    }
+  }
+  // Whether a line break (or a comment running to one) comes before the next token: hjson's comma.
+  bool newline_ahead() const {
+    for (size_t i = p_; i < t_.size(); ++i) {
+      const char c = t_[i];
+      if (c == '\n') return true;
+      if (c == ' ' || c == '\t' || c == '\r') continue;
+      return c == '#' || t_.compare(i, 2, "//") == 0;
+    }
+    return false;
+  }
+  // A printable description of the byte at `at` for messages: the character itself when it is ASCII or a whole
+  // UTF-8 sequence, else its hex value (messages stay valid UTF-8).
+  std::string char_at(size_t at) const {
+    if (at >= t_.size()) return "end of file";
+    const unsigned char c = static_cast<unsigned char>(t_[at]);
+    if (c >= 0x20 && c < 0x7f) return std::string("'") + static_cast<char>(c) + "'";
+    char buf[16];
+    if (c >= 0x80) {
+      if (const size_t n = utf8_length(at)) return "'" + t_.substr(at, n) + "'";
+      std::snprintf(buf, sizeof buf, "byte 0x%02X (not UTF-8)", c);
+    } else {
+      std::snprintf(buf, sizeof buf, "control character 0x%02X", c);
+    }
+    return buf;
+  }
+  bool root_without_braces() {
+    // A key followed by ':' at the start: an object whose braces are left out.
+    const size_t save = p_;
+    bool ok = true;
+    try {
+      key();
+      skip_ws();
+      ok = peek() == ':';
+    } catch (const Error&) {
+      ok = false;
+    }
+    p_ = save;
+    return ok;
   }
   char peek() { return p_ < t_.size() ? t_[p_] : '\0'; }
   void expect(char c) {
     if (peek() != c) {
       if (p_ >= t_.size()) fail(std::string("unexpected end of file, expected '") + c + "'");
-      fail(std::string("expected '") + c + "' but found '" + t_[p_] + "'");
+      fail(std::string("expected '") + c + "' but found " + char_at(p_));
     }
     ++p_;
   }
@@ -53,55 +117,144 @@ class Parser {
     char c = peek();
     if (c == '{') return object(depth);
     if (c == '[') return array(depth);
-    if (c == '"') return string();
+    if (c == '"') return string('"');
+    if (hjson_) {
+      if (t_.compare(p_, 3, "\'\'\'") == 0) return multiline_string();
+      if (c == '\'') return string('\'');
+      if (p_ < t_.size() && c != ',' && c != ':' && c != ']' && c != '}') return quoteless();
+    }
     if (c == '-' || (c >= '0' && c <= '9')) return number();
     if (t_.compare(p_, 4, "true") == 0) return p_ += 4, nlohmann::json(true);
     if (t_.compare(p_, 5, "false") == 0) return p_ += 5, nlohmann::json(false);
     if (t_.compare(p_, 4, "null") == 0) return p_ += 4, nlohmann::json(nullptr);
     if (p_ >= t_.size()) fail("unexpected end of file, expected a value");
-    fail(std::string("unexpected character '") + c + "', expected a value");
+    fail("unexpected character " + char_at(p_) + ", expected a value");
+  }
+  // hjson: a number or true/false/null when only a separator, a comment or the line's end follows it, else a
+  // string running to the end of the line (without its trailing blanks).
+  nlohmann::json quoteless() {
+    const size_t start = p_;
+    auto ends_here = [&](size_t i) {
+      while (i < t_.size() && (t_[i] == ' ' || t_[i] == '\t' || t_[i] == '\r')) ++i;
+      return i >= t_.size() || t_[i] == '\n' || t_[i] == ',' || t_[i] == '}' || t_[i] == ']' || t_[i] == '#' ||
+             t_.compare(i, 2, "//") == 0 || t_.compare(i, 2, "/*") == 0;
+    };
+    for (auto [word, v] : {std::pair<const char*, nlohmann::json>{"true", true}, {"false", false}, {"null", nullptr}}) {
+      const size_t n = std::strlen(word);
+      if (t_.compare(p_, n, word) == 0 && ends_here(p_ + n)) return p_ += n, v;
+    }
+    const char c = peek();
+    if (c == '-' || (c >= '0' && c <= '9')) {
+      try {
+        nlohmann::json v = number();
+        if (ends_here(p_)) return v;
+      } catch (const Error&) {
+      }
+      p_ = start;
+    }
+    size_t end = p_;
+    while (end < t_.size() && t_[end] != '\n') ++end;
+    size_t last = end;
+    while (last > p_ && (t_[last - 1] == ' ' || t_[last - 1] == '\t' || t_[last - 1] == '\r')) --last;
+    std::string s = t_.substr(p_, last - p_);
+    for (size_t i = p_; i < last; ++i) {
+      const unsigned char b = static_cast<unsigned char>(t_[i]);
+      if (b < 0x20 && b != '\t') fail("control character in string", i);
+      if (b >= 0x80) {
+        const size_t n = utf8_length(i);
+        if (!n) fail("invalid UTF-8 in string (the file must be UTF-8)", i);
+        i += n - 1;
+      }
+    }
+    p_ = end;
+    return s;
+  }
+  nlohmann::json multiline_string() {
+    const size_t start = p_;
+    p_ += 3;
+    const size_t end = t_.find("\'\'\'", p_);
+    if (end == std::string::npos) fail("unterminated \'\'\' string", start);
+    std::string s = t_.substr(p_, end - p_);
+    for (size_t i = 0; i < s.size(); ++i)
+      if (static_cast<unsigned char>(s[i]) >= 0x80 && !utf8_length(p_ + i))
+        fail("invalid UTF-8 in string (the file must be UTF-8)", p_ + i);
+    p_ = end + 3;
+    // hjson drops the first line break and the indentation of the opening quotes' column.
+    if (!s.empty() && s[0] == '\n') s.erase(0, 1);
+    if (!s.empty() && s.back() == '\n') s.pop_back();
+    return s;
+  }
+  std::string key() {
+    if (peek() == '"') return string('"').get<std::string>();
+    if (hjson_ && peek() == '\'') return string('\'').get<std::string>();
+    if (!hjson_) fail(peek() == '}' ? "trailing comma before '}'" : "expected a string key");
+    const size_t start = p_;
+    while (p_ < t_.size()) {
+      const char c = t_[p_];
+      if (c == ':' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == ',' || c == '{' || c == '}' || c == '[' ||
+          c == ']')
+        break;
+      ++p_;
+    }
+    if (p_ == start)
+      fail(p_ >= t_.size() ? "unexpected end of file, expected a key" : "expected a key, found " + char_at(p_));
+    for (size_t i = start; i < p_; ++i)
+      if (static_cast<unsigned char>(t_[i]) < 0x20 || (static_cast<unsigned char>(t_[i]) >= 0x80 && !utf8_length(i)))
+        fail("invalid character in key: " + char_at(i), i);
+    return t_.substr(start, p_ - start);
   }
   nlohmann::json object(int depth) {
+    expect('{');
+    nlohmann::json o = members(depth, '}');
+    expect('}');
+    return o;
+  }
+  // Members up to `close` ('}', or '\0' for an hjson root without braces), which is left unread.
+  nlohmann::json members(int depth, char close) {
     nlohmann::json o = nlohmann::json::object();
     std::set<std::string> seen;
-    expect('{');
     skip_ws();
-    if (peek() == '}') return ++p_, o;
     for (;;) {
       skip_ws();
+      if (close ? peek() == close : p_ >= t_.size()) return o;
       size_t key_at = p_;
-      if (peek() != '"') fail(peek() == '}' ? "trailing comma before '}'" : "expected a string key");
-      std::string k = string().get<std::string>();
+      std::string k = key();
       if (!seen.insert(k).second) fail("duplicate key \"" + k + "\"", key_at);
       skip_ws();
       expect(':');
       skip_ws();
       o[k] = value(depth + 1);
+      const bool line_end = hjson_ && newline_ahead();
       skip_ws();
       if (peek() == ',') {
         ++p_;
+        skip_ws();
+        if (!hjson_ && peek() == close) fail("trailing comma before '}'");
         continue;
       }
-      expect('}');
-      return o;
+      if (close ? peek() == close : p_ >= t_.size()) return o;
+      if (line_end) continue;
+      if (close) expect(close);
+      fail("expected ',' or a new line between members, found " + char_at(p_));
     }
   }
   nlohmann::json array(int depth) {
     nlohmann::json a = nlohmann::json::array();
     expect('[');
-    skip_ws();
-    if (peek() == ']') return ++p_, a;
     for (;;) {
       skip_ws();
-      if (peek() == ']') fail("trailing comma before ']'");
+      if (peek() == ']') return ++p_, a;
       a.push_back(value(depth + 1));
+      const bool line_end = hjson_ && newline_ahead();
       skip_ws();
       if (peek() == ',') {
         ++p_;
+        skip_ws();
+        if (!hjson_ && peek() == ']') fail("trailing comma before ']'");
         continue;
       }
+      if (peek() == ']' || line_end) continue;
       expect(']');
-      return a;
     }
   }
   static void utf8(std::string& s, uint32_t cp) {
@@ -151,14 +304,14 @@ class Parser {
     }
     return v;
   }
-  nlohmann::json string() {
+  nlohmann::json string(char quote) {
     size_t start = p_;
-    expect('"');
+    expect(quote);
     std::string s;
     for (;;) {
       if (p_ >= t_.size()) fail("unterminated string", start);
       char c = t_[p_++];
-      if (c == '"') break;
+      if (c == quote) break;
       if (static_cast<unsigned char>(c) < 0x20) fail("control character in string (unterminated string?)", p_ - 1);
       if (static_cast<unsigned char>(c) >= 0x80) {  // a UTF-8 sequence, copied whole once checked
         const size_t at = p_ - 1, n = utf8_length(at);
@@ -176,6 +329,10 @@ class Parser {
       switch (e) {
         case '"':
           s += '"';
+          break;
+        case '\'':
+          if (quote != '\'') fail("bad escape '\\''", p_ - 2);
+          s += '\'';
           break;
         case '\\':
           s += '\\';
@@ -212,7 +369,7 @@ class Parser {
           break;
         }
         default:
-          fail(std::string("bad escape '\\") + e + "'", p_ - 2);
+          fail("bad escape '\\' followed by " + char_at(p_ - 1), p_ - 2);
       }
     }
     return s;
@@ -255,6 +412,7 @@ class Parser {
 
   const std::string& t_;
   const std::string& src_;
+  bool hjson_;
   size_t p_ = 0;
 };
 
@@ -273,8 +431,14 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 }  // namespace
 
 nlohmann::json parse_json_strict(const std::string& text, const std::string& source) {
-  return Parser(text, source).parse();
+  return Parser(text, source, false).parse();
 }
+
+nlohmann::json parse_config_text(const std::string& text, const std::string& source) {
+  return Parser(text, source, true).parse();
+}
+
+nlohmann::json load_config_file(const std::string& path) { return parse_config_text(read_file(path), path); }
 
 nlohmann::json load_json_file_strict(const std::string& path) { return parse_json_strict(read_file(path), path); }
 

@@ -146,6 +146,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   const bool lead = comm.rank() == 0;
   if (lead) {
     for (auto& w : cfg.warnings) spdlog::warn("{}", w);
+    for (auto& n : cfg.notes) spdlog::info("{}", n);
     if (!cfg.optimizer.given) spdlog::info("no optimizer in {}: using AdamW lr={}", o.config_path, cfg.optimizer.lr);
     if (cfg.fp16_enabled != "false" || cfg.bf16_enabled != "false")
       spdlog::info(

@@ -9,7 +9,8 @@ namespace zerorun {
 
 LrSchedule::LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64_t total_steps)
     : type_(s.type), base_lr_(o.lr), base_beta1_(o.type == "SGD" ? o.momentum : o.beta1), p_(s.params) {
-  // "auto" values: max lr = optimizer lr, total = the run's steps, others their defaults.
+  // "auto" values (resolve_config fills them for a run; these are for library callers): max lr = optimizer lr,
+  // total = the run's steps, others their defaults.
   for (auto& [k, v] : p_.items()) {
     if (v != "auto") continue;
     if (k == "warmup_max_lr" || k == "cycle_max_lr")
@@ -21,15 +22,11 @@ LrSchedule::LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64
     else
       v = nullptr;
   }
-  offset_ = static_cast<int64_t>(get("last_batch_iteration", -1)) + 1;
+  last_batch_iteration_ = static_cast<int64_t>(get("last_batch_iteration", -1));
   if ((type_ == "WarmupDecayLR" || type_ == "WarmupCosineLR") && !p_.contains("total_num_steps"))
     ZR_FAIL("scheduler ", type_, " needs 'scheduler.params.total_num_steps'");
-  if (type_ == "WarmupCosineLR") {  // total "auto" = the run's steps: checked here (a number: in the config too)
-    const double total = get("total_num_steps", 0), warm = std::max(2.0, get("warmup_num_steps", 1000));
-    ZR_CHECK(total != warm, "scheduler WarmupCosineLR: total_num_steps (", total, ") equals warmup_num_steps (", warm,
-             "): the cosine phase would divide by zero steps; train for more steps (total_num_steps \"auto\" is the "
-             "run's --steps) or lower scheduler.params.warmup_num_steps");
-  }
+  // DeepSpeed's OneCycle cycles momentum only for optimizers with betas (not torch's SGD).
+  cycle_momentum_ = type_ == "OneCycle" && o.type != "SGD" && p_.value("cycle_momentum", true);
 }
 
 double LrSchedule::get(const char* k, double def) const {
@@ -37,65 +34,96 @@ double LrSchedule::get(const char* k, double def) const {
   return p_[k].get<double>();
 }
 
+LrMom LrSchedule::at(int64_t it) const {
+  if (it >= 0) return at_iteration(it + last_batch_iteration_ + 1);
+  // The first optimizer step runs before the scheduler's first step(), with what its constructor left in the
+  // optimizer: with last_batch_iteration -1 the schedule's start (get_lr() at -1; OneCycle also sets
+  // betas to (cycle_min_mom, 0.99)); with any other value the constructor leaves the optimizer's own lr and betas.
+  if (last_batch_iteration_ != -1 || type_.empty()) return {base_lr_, std::nullopt};
+  LrMom r = at_iteration(-1);
+  if (cycle_momentum_) r.beta1 = get("cycle_min_mom", 0.8);
+  return r;
+}
+
+// DeepSpeed 0.19.5's get_lr() (deepspeed/runtime/lr_schedules.py) with last_batch_iteration = it.
 LrMom LrSchedule::at_iteration(int64_t it) const {
   const double step = static_cast<double>(it);
-  auto warm_gamma = [&](double n_warm) {
-    n_warm = std::max(2.0, n_warm);
-    if (step < 0) return 0.0;  // before the first scheduler step: the warmup start
-    bool lin = p_.value("warmup_type", std::string("log")) == "linear";
-    if (step < n_warm) return lin ? step / n_warm : std::log(step + 1.0) / std::log(n_warm);
-    return 1.0;
-  };
+  const bool linear = p_.value("warmup_type", std::string("log")) == "linear";  // anything else: log, as DeepSpeed
+  // WarmupLR._get_gamma's warmup part (warmup_num_steps at least 2).
+  auto warm_gamma = [&](double n_warm) { return linear ? step / n_warm : std::log(step + 1.0) / std::log(n_warm); };
   if (type_.empty()) return {base_lr_, std::nullopt};
   if (type_ == "WarmupLR" || type_ == "WarmupDecayLR") {
-    double mn = get("warmup_min_lr", 0.0), mx = get("warmup_max_lr", 0.001);
-    double nw = std::max(2.0, get("warmup_num_steps", 1000));
-    double gamma = warm_gamma(nw);
-    if (type_ == "WarmupDecayLR" && step >= nw) {
-      double total = get("total_num_steps", 0);
+    // WarmupLR's warmup_max_lr defaults to the optimizer's lr; WarmupDecayLR's signature keeps 0.001.
+    const double mn = get("warmup_min_lr", 0.0), mx = get("warmup_max_lr", type_ == "WarmupLR" ? base_lr_ : 0.001);
+    const double nw = std::max(2.0, get("warmup_num_steps", 1000));
+    if (it < 0) return {mn, std::nullopt};  // "before it has started": min_lrs
+    double gamma = 1.0;
+    if (step < nw) {
+      gamma = warm_gamma(nw);
+    } else if (type_ == "WarmupDecayLR") {
+      const double total = get("total_num_steps", 0);
       gamma = std::max(0.0, (total - step) / std::max(1.0, total - nw));
     }
     return {mn + (mx - mn) * gamma, std::nullopt};
   }
   if (type_ == "WarmupCosineLR") {
-    double nw = std::max(2.0, get("warmup_num_steps", 1000));
-    double total = get("total_num_steps", 0), wmin = get("warmup_min_ratio", 0.0), cmin = get("cos_min_ratio", 0.0001);
+    const double nw = std::max(2.0, get("warmup_num_steps", 1000));
+    const double total = get("total_num_steps", 0), wmin = get("warmup_min_ratio", 0.0),
+                 cmin = get("cos_min_ratio", 0.0001);
+    if (it < 0) return {0.0, std::nullopt};  // get_lr() before the start: 0
     double ratio;
     if (step < nw) {
       ratio = wmin + warm_gamma(nw) * (1.0 - wmin);
     } else {
-      double real_last = step - nw + 1, real_total = total - nw;
-      double r = (1.0 + std::cos(M_PI * real_last / real_total)) / 2.0;
-      ratio = std::max(0.0, cmin + (1.0 - cmin) * r);
+      // The cosine progress is clamped to 1: after total_num_steps (and when total <= warmup) the ratio stays at
+      // cos_min_ratio.
+      const double real_last = step - nw + 1, real_total = std::max(1.0, total - nw);
+      const double progress = std::min(1.0, real_last / real_total);
+      ratio = std::max(0.0, cmin + (1.0 - cmin) * (1.0 + std::cos(M_PI * progress)) / 2.0);
     }
     return {base_lr_ * ratio, std::nullopt};
   }
   if (type_ == "OneCycle") {
-    double mn = get("cycle_min_lr", 0.0), mx = get("cycle_max_lr", base_lr_);
-    double first = get("cycle_first_step_size", 2000), second = get("cycle_second_step_size", first);
-    double total = first + second, ratio = first / total;
-    bool cyc_mom = p_.value("cycle_momentum", true);
-    double mmin = get("cycle_min_mom", 0.8), mmax = get("cycle_max_mom", 0.9);
+    const double mn = get("cycle_min_lr", 0.0), mx = get("cycle_max_lr", base_lr_);
+    const double first = get("cycle_first_step_size", 2000), second = get("cycle_second_step_size", first);
+    const double total = first + second, ratio = first / total;
+    const double stairs1 = get("cycle_first_stair_count", 0), stairs2 = get("cycle_second_stair_count", stairs1);
+    const double mmin = get("cycle_min_mom", 0.8), mmax = get("cycle_max_mom", 0.9);
     if (step < total) {
-      double bi = step + 1;
-      double cycle = std::floor(1 + bi / total);
-      double x = 1.0 + bi / total - cycle;
-      double sf = x <= ratio ? x / ratio : (x - 1) / (ratio - 1);
+      const double bi = step + 1;
+      const double cycle = std::floor(1 + bi / total);
+      const double x = 1.0 + bi / total - cycle;
+      double sf;
+      double stairs;
+      if (x <= ratio) {
+        sf = x / ratio;
+        stairs = stairs1;
+      } else {
+        sf = (x - 1) / (ratio - 1);
+        stairs = stairs2;
+      }
+      if (stairs > 0) {  // lr/mom held flat over each of `stairs` stairs of the half cycle, from the integer offset
+        const double ci = std::fmod(bi, total);
+        const double pos = ci <= first ? ci * stairs / first : (total - ci) * stairs / second;
+        sf = std::floor(pos) / stairs;
+      }
       LrMom r{mn + (mx - mn) * sf, std::nullopt};
-      if (cyc_mom) r.beta1 = mmax - (mmax - mmin) * sf;
+      if (cycle_momentum_) r.beta1 = mmax - (mmax - mmin) * sf;
       return r;
     }
-    double dss = get("decay_step_size", 0), rate = get("decay_lr_rate", 0), mrate = get("decay_mom_rate", 0);
-    double interval = dss > 0 ? (step - total + 1) / dss : 0.0;
-    LrMom r{mn / (1 + rate * interval), std::nullopt};
-    if (cyc_mom) r.beta1 = mmax * (1 + mrate * interval);
+    // Decay after the cycle: interval = (it - total + 1) / decay_step_size, not floored; a decay_step_size or rate
+    // of 0 keeps cycle_min_lr (and cycle_max_mom).
+    const double dss = get("decay_step_size", 0), rate = get("decay_lr_rate", 0), mrate = get("decay_mom_rate", 0);
+    const double interval = dss != 0 ? (step - total + 1) / dss : 0.0;
+    LrMom r{rate != 0 ? mn / (1 + rate * interval) : mn, std::nullopt};
+    if (cycle_momentum_) r.beta1 = mrate != 0 ? mmax * (1 + mrate * interval) : mmax;
     return r;
   }
   if (type_ == "LRRangeTest") {
-    double mn = get("lr_range_test_min_lr", 1e-3), ss = get("lr_range_test_step_size", 2000),
-           rate = get("lr_range_test_step_rate", 1.0);
-    bool stair = p_.value("lr_range_test_staircase", false);
-    double interval = stair ? std::floor((step + 1) / ss) : (step + 1) / ss;
+    const double mn = get("lr_range_test_min_lr", 1e-3), ss = get("lr_range_test_step_size", 2000),
+                 rate = get("lr_range_test_step_rate", 1.0);
+    const bool stair = p_.value("lr_range_test_staircase", false);
+    const double interval = stair ? std::floor((step + 1) / ss) : (step + 1) / ss;
     return {mn * (1 + rate * interval), std::nullopt};
   }
   ZR_FAIL("unknown scheduler type '", type_, "'");

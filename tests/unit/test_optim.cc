@@ -19,45 +19,80 @@ LrSchedule sched(const std::string& type, nlohmann::json params, double lr = 0.1
 }
 }  // namespace
 
-TEST_CASE("WarmupLR log and linear", "[optim]") {
+// Expected values are hand-computed from DeepSpeed 0.19.5's deepspeed/runtime/lr_schedules.py. at(k) is what
+// optimizer step k+1 runs with: at(-1) is what the scheduler's constructor left in the optimizer (DeepSpeed steps the
+// scheduler after the optimizer), at(k >= 0) is get_lr() at last_batch_iteration + 1 + k.
+TEST_CASE("WarmupLR log and linear (DeepSpeed 0.19.5)", "[optim]") {
   auto s = sched("WarmupLR", {{"warmup_min_lr", 0.0}, {"warmup_max_lr", 1.0}, {"warmup_num_steps", 10}});
-  REQUIRE(s.at(-1).lr == 0.0);
-  REQUIRE(s.at(0).lr == 0.0);
-  REQUIRE(s.at(4).lr == Approx(std::log(5.0) / std::log(10.0)));
-  REQUIRE(s.at(10).lr == 1.0);
-  REQUIRE(s.at(50).lr == 1.0);
+  CHECK(s.at(-1).lr == 0.0);                         // get_lr() before the start: min_lrs
+  CHECK(s.at(0).lr == 0.0);                          // log(1) / log(10)
+  CHECK(s.at(4).lr == Approx(0.69897000433601886));  // log(5) / log(10)
+  CHECK(s.at(9).lr == Approx(1.0));                  // log(10) / log(10)
+  CHECK(s.at(10).lr == 1.0);
+  CHECK(s.at(50).lr == 1.0);
   auto l = sched("WarmupLR",
                  {{"warmup_min_lr", 0.1}, {"warmup_max_lr", 0.5}, {"warmup_num_steps", 4}, {"warmup_type", "linear"}});
-  REQUIRE(l.at(2).lr == Approx(0.1 + 0.4 * 0.5));
+  CHECK(l.at(-1).lr == Approx(0.1));
+  CHECK(l.at(2).lr == Approx(0.1 + 0.4 * 2 / 4));
+  CHECK(l.at(4).lr == Approx(0.5));
+  // warmup_max_lr left out: WarmupLR takes the optimizer's lr (0.1 here); warmup_num_steps 0 or 1 means 2.
+  auto d = sched("WarmupLR", {{"warmup_num_steps", 0}, {"warmup_type", "linear"}}, 0.1);
+  CHECK(d.at(0).lr == 0.0);
+  CHECK(d.at(1).lr == Approx(0.05));  // 1 / 2
+  CHECK(d.at(2).lr == Approx(0.1));
+  // An unknown warmup_type is log, as DeepSpeed falls back to.
+  auto u = sched("WarmupLR", {{"warmup_max_lr", 1.0}, {"warmup_num_steps", 10}, {"warmup_type", "cosine"}});
+  CHECK(u.at(4).lr == Approx(0.69897000433601886));
 }
 
-TEST_CASE("last_batch_iteration starts a schedule part-way (DeepSpeed's resume knob)", "[optim]") {
+TEST_CASE("last_batch_iteration starts a schedule part-way; step 1 keeps the optimizer's lr (DeepSpeed 0.19.5)",
+          "[optim]") {
   const nlohmann::json p = {
       {"warmup_min_lr", 0.0}, {"warmup_max_lr", 1.0}, {"warmup_num_steps", 10}, {"warmup_type", "linear"}};
   auto base = sched("WarmupLR", p);
   nlohmann::json q = p;
-  q["last_batch_iteration"] = 4;  // the next step is iteration 5
-  auto shifted = sched("WarmupLR", q);
-  for (int it = 0; it < 12; ++it) REQUIRE(shifted.at(it).lr == base.at(it + 5).lr);
+  q["last_batch_iteration"] = 4;  // the constructor leaves the optimizer alone; the next step() is iteration 5
+  auto shifted = sched("WarmupLR", q, 0.25);
+  CHECK(shifted.at(-1).lr == 0.25);
+  CHECK(!shifted.at(-1).beta1);
+  CHECK(shifted.at(0).lr == Approx(0.5));  // iteration 5: 5 / 10
+  CHECK(shifted.at(5).lr == Approx(1.0));  // iteration 10
+  for (int it = 0; it < 12; ++it) CHECK(shifted.at(it).lr == base.at(it + 5).lr);
   q["last_batch_iteration"] = -1;  // the default
   auto same = sched("WarmupLR", q);
-  for (int it = 0; it < 12; ++it) REQUIRE(same.at(it).lr == base.at(it).lr);
+  for (int it = -1; it < 12; ++it) CHECK(same.at(it).lr == base.at(it).lr);
+  // OneCycle part-way: step 1 runs at the optimizer's lr and betas, then the cycle from iteration 5.
+  auto oc = sched(
+      "OneCycle",
+      {{"cycle_min_lr", 0.1}, {"cycle_max_lr", 1.1}, {"cycle_first_step_size", 10}, {"last_batch_iteration", 4}}, 0.3);
+  CHECK(oc.at(-1).lr == 0.3);
+  CHECK(!oc.at(-1).beta1);
+  CHECK(oc.at(0).lr == Approx(0.1 + 1.0 * 0.6));  // iteration 5: batch 6, x = 0.3, scale 0.6
 }
 
-TEST_CASE("WarmupDecayLR decays linearly to zero", "[optim]") {
+TEST_CASE("WarmupDecayLR decays linearly to zero (DeepSpeed 0.19.5)", "[optim]") {
   auto s = sched("WarmupDecayLR", {{"warmup_min_lr", 0.0},
                                    {"warmup_max_lr", 1.0},
                                    {"warmup_num_steps", 10},
                                    {"total_num_steps", 110},
                                    {"warmup_type", "linear"}});
-  REQUIRE(s.at(5).lr == Approx(0.5));
-  REQUIRE(s.at(10).lr == Approx(1.0));
-  REQUIRE(s.at(60).lr == Approx(0.5));
-  REQUIRE(s.at(110).lr == 0.0);
-  REQUIRE(s.at(200).lr == 0.0);
+  CHECK(s.at(-1).lr == 0.0);
+  CHECK(s.at(5).lr == Approx(0.5));
+  CHECK(s.at(10).lr == Approx(1.0));  // (110 - 10) / 100
+  CHECK(s.at(60).lr == Approx(0.5));
+  CHECK(s.at(110).lr == 0.0);
+  CHECK(s.at(200).lr == 0.0);
+  // warmup_max_lr left out: WarmupDecayLR's own default 0.001 (not the optimizer's lr).
+  auto d = sched("WarmupDecayLR", {{"warmup_num_steps", 2}, {"total_num_steps", 20}, {"warmup_type", "linear"}}, 0.1);
+  CHECK(d.at(5).lr == Approx(0.001 * 15.0 / 18.0));
+  // total < warmup: gamma = max(0, (total - it) / max(1, total - warmup)) once the warmup is over.
+  auto t = sched("WarmupDecayLR",
+                 {{"warmup_max_lr", 1.0}, {"warmup_num_steps", 10}, {"total_num_steps", 5}, {"warmup_type", "linear"}});
+  CHECK(t.at(9).lr == Approx(0.9));
+  CHECK(t.at(10).lr == 0.0);
 }
 
-TEST_CASE("WarmupCosineLR", "[optim]") {
+TEST_CASE("WarmupCosineLR: floor after total, total == warmup, warmup_min_ratio (DeepSpeed 0.19.5)", "[optim]") {
   auto s = sched("WarmupCosineLR",
                  {{"total_num_steps", 20},
                   {"warmup_num_steps", 10},
@@ -65,13 +100,45 @@ TEST_CASE("WarmupCosineLR", "[optim]") {
                   {"cos_min_ratio", 0.0},
                   {"warmup_type", "linear"}},
                  2.0);
-  REQUIRE(s.at(5).lr == Approx(1.0));
-  // step 14: real_last = 5, real_total = 10 -> (1 + cos(pi/2)) / 2 = 0.5
-  REQUIRE(s.at(14).lr == Approx(1.0));
-  REQUIRE(s.at(19).lr == Approx(0.0).margin(1e-12));
+  CHECK(s.at(-1).lr == 0.0);  // get_lr() before the start returns 0
+  CHECK(s.at(5).lr == Approx(1.0));
+  // iteration 14: real_last = 5, real_total = 10 -> (1 + cos(pi/2)) / 2 = 0.5
+  CHECK(s.at(14).lr == Approx(1.0));
+  CHECK(s.at(19).lr == Approx(0.0).margin(1e-12));
+  // Past total_num_steps the progress is clamped to 1: the lr stays at the floor (older DeepSpeed climbed back up).
+  for (int it : {20, 25, 30, 39, 1000}) CHECK(s.at(it).lr == Approx(0.0).margin(1e-12));
+  auto floor =
+      sched("WarmupCosineLR", {{"total_num_steps", 20}, {"warmup_num_steps", 10}, {"cos_min_ratio", 0.1}}, 2.0);
+  CHECK(floor.at(19).lr == Approx(0.2));
+  CHECK(floor.at(500).lr == Approx(0.2));
+  CHECK(floor.at(4).lr == Approx(2.0 * 0.69897000433601886));  // log warmup: log(5) / log(10)
+  // total == warmup: real_total = max(1, 0) = 1, so every step after the warmup is at cos_min_ratio.
+  auto eq = sched(
+      "WarmupCosineLR",
+      {{"total_num_steps", 10}, {"warmup_num_steps", 10}, {"cos_min_ratio", 0.1}, {"warmup_type", "linear"}}, 2.0);
+  CHECK(eq.at(9).lr == Approx(1.8));
+  CHECK(eq.at(10).lr == Approx(0.2));
+  CHECK(eq.at(50).lr == Approx(0.2));
+  // warmup_min_ratio > 0: step 1 still runs at 0 (the constructor's get_lr()), step 2 at the ratio.
+  auto wm = sched(
+      "WarmupCosineLR",
+      {{"total_num_steps", 100}, {"warmup_num_steps", 10}, {"warmup_min_ratio", 0.2}, {"warmup_type", "linear"}}, 2.0);
+  CHECK(wm.at(-1).lr == 0.0);
+  CHECK(wm.at(0).lr == Approx(0.4));        // 0.2 + 0 * 0.8
+  CHECK(wm.at(5).lr == Approx(2.0 * 0.6));  // 0.2 + 0.5 * 0.8
+  // last_batch_iteration with warmup_min_ratio: the optimizer's lr first, then iteration L + 1.
+  auto lw = sched("WarmupCosineLR",
+                  {{"total_num_steps", 100},
+                   {"warmup_num_steps", 10},
+                   {"warmup_min_ratio", 0.2},
+                   {"warmup_type", "linear"},
+                   {"last_batch_iteration", 1}},
+                  2.0);
+  CHECK(lw.at(-1).lr == 2.0);
+  CHECK(lw.at(0).lr == Approx(2.0 * (0.2 + 0.2 * 0.8)));  // iteration 2
 }
 
-TEST_CASE("OneCycle lr and momentum", "[optim]") {
+TEST_CASE("OneCycle lr and momentum, decay (DeepSpeed 0.19.5)", "[optim]") {
   auto s = sched("OneCycle", {{"cycle_min_lr", 0.1},
                               {"cycle_max_lr", 1.1},
                               {"cycle_first_step_size", 10},
@@ -80,25 +147,77 @@ TEST_CASE("OneCycle lr and momentum", "[optim]") {
                               {"cycle_max_mom", 0.9},
                               {"decay_step_size", 5},
                               {"decay_lr_rate", 1.0}});
-  REQUIRE(s.at(-1).lr == Approx(0.1));
-  REQUIRE(*s.at(-1).beta1 == Approx(0.9));
-  REQUIRE(s.at(4).lr == Approx(0.6));  // iteration 5 of a 10-step rise
-  REQUIRE(*s.at(4).beta1 == Approx(0.85));
-  REQUIRE(s.at(9).lr == Approx(1.1));
-  REQUIRE(s.at(14).lr == Approx(0.6));
-  REQUIRE(s.at(24).lr == Approx(0.1 / (1 + 1.0 * 1.0)));  // 5 steps into decay
+  // The constructor sets lr = cycle_min_lr and betas = (cycle_min_mom, 0.99).
+  CHECK(s.at(-1).lr == Approx(0.1));
+  CHECK(*s.at(-1).beta1 == Approx(0.8));
+  CHECK(s.at(0).lr == Approx(0.1 + 1.0 * 0.1));  // batch 1: x = 1/20, scale 0.1
+  CHECK(*s.at(0).beta1 == Approx(0.9 - 0.1 * 0.1));
+  CHECK(s.at(4).lr == Approx(0.6));  // iteration 5 of a 10-step rise
+  CHECK(*s.at(4).beta1 == Approx(0.85));
+  CHECK(s.at(9).lr == Approx(1.1));
+  CHECK(*s.at(9).beta1 == Approx(0.8));
+  CHECK(s.at(14).lr == Approx(0.6));
+  CHECK(s.at(19).lr == Approx(0.1));                    // batch 20 ends the cycle
+  CHECK(s.at(21).lr == Approx(0.1 / (1 + 1.0 * 0.4)));  // decay interval (21 - 20 + 1) / 5, not floored
+  CHECK(s.at(24).lr == Approx(0.1 / (1 + 1.0 * 1.0)));  // 5 steps into decay
+  CHECK(*s.at(24).beta1 == Approx(0.9));                // decay_mom_rate 0: cycle_max_mom
+  // decay_step_size 0: no decay at all.
+  auto nd =
+      sched("OneCycle",
+            {{"cycle_min_lr", 0.1}, {"cycle_max_lr", 1.1}, {"cycle_first_step_size", 10}, {"decay_lr_rate", 1.0}});
+  CHECK(nd.at(100).lr == Approx(0.1));
+  // Momentum decay: beta1 = cycle_max_mom * (1 + decay_mom_rate * interval).
+  auto md = sched("OneCycle", {{"cycle_min_lr", 0.1},
+                               {"cycle_max_lr", 1.1},
+                               {"cycle_first_step_size", 10},
+                               {"decay_step_size", 5},
+                               {"decay_mom_rate", 0.1}});
+  CHECK(*md.at(24).beta1 == Approx(0.9 * 1.1));
+  // cycle_momentum false: the optimizer's own beta1.
+  auto nm = sched("OneCycle", {{"cycle_min_lr", 0.1}, {"cycle_max_lr", 1.1}, {"cycle_momentum", false}});
+  CHECK(!nm.at(-1).beta1);
+  CHECK(!nm.at(3).beta1);
 }
 
-TEST_CASE("LRRangeTest continuous and staircase", "[optim]") {
+TEST_CASE("OneCycle stair counts hold lr and momentum flat (DeepSpeed 0.19.5)", "[optim]") {
+  // first 10 steps in 2 stairs, second 5 steps in 5 stairs (total 15).
+  auto s = sched("OneCycle", {{"cycle_min_lr", 0.0},
+                              {"cycle_max_lr", 1.0},
+                              {"cycle_first_step_size", 10},
+                              {"cycle_second_step_size", 5},
+                              {"cycle_first_stair_count", 2},
+                              {"cycle_second_stair_count", 5},
+                              {"cycle_min_mom", 0.8},
+                              {"cycle_max_mom", 0.9}});
+  CHECK(s.at(3).lr == 0.0);  // batch 4: floor(4 * 2 / 10) / 2 = 0 (continuous: 0.4)
+  CHECK(*s.at(3).beta1 == Approx(0.9));
+  CHECK(s.at(4).lr == Approx(0.5));  // batch 5: floor(1.0) / 2
+  CHECK(*s.at(4).beta1 == Approx(0.85));
+  CHECK(s.at(8).lr == Approx(0.5));   // batch 9: floor(1.8) / 2
+  CHECK(s.at(9).lr == Approx(1.0));   // batch 10: the peak, exactly
+  CHECK(s.at(10).lr == Approx(0.8));  // batch 11: floor((15 - 11) * 5 / 5) / 5
+  CHECK(s.at(12).lr == Approx(0.4));  // batch 13
+  // cycle_second_stair_count left out = cycle_first_stair_count.
+  auto d = sched(
+      "OneCycle",
+      {{"cycle_min_lr", 0.0}, {"cycle_max_lr", 1.0}, {"cycle_first_step_size", 10}, {"cycle_first_stair_count", 2}});
+  CHECK(d.at(12).lr == Approx(0.5));  // batch 13: floor((20 - 13) * 2 / 10) / 2 (continuous: 0.7)
+  CHECK(d.at(14).lr == Approx(0.5));  // batch 15: floor(1.0) / 2
+  CHECK(d.at(16).lr == 0.0);          // batch 17: floor(0.6) / 2
+}
+
+TEST_CASE("LRRangeTest continuous and staircase (DeepSpeed 0.19.5)", "[optim]") {
   auto s = sched("LRRangeTest",
                  {{"lr_range_test_min_lr", 0.01}, {"lr_range_test_step_size", 10}, {"lr_range_test_step_rate", 2.0}});
-  REQUIRE(s.at(4).lr == Approx(0.01 * (1 + 2.0 * 0.5)));
+  CHECK(s.at(-1).lr == Approx(0.01));
+  CHECK(s.at(4).lr == Approx(0.01 * (1 + 2.0 * 0.5)));
   auto st = sched("LRRangeTest", {{"lr_range_test_min_lr", 0.01},
                                   {"lr_range_test_step_size", 10},
                                   {"lr_range_test_step_rate", 2.0},
                                   {"lr_range_test_staircase", true}});
-  REQUIRE(st.at(4).lr == Approx(0.01));
-  REQUIRE(st.at(9).lr == Approx(0.03));
+  CHECK(st.at(4).lr == Approx(0.01));
+  CHECK(st.at(9).lr == Approx(0.03));
+  CHECK(st.at(19).lr == Approx(0.05));
 }
 
 TEST_CASE("dynamic loss scaler: hysteresis, growth window, error at min scale", "[optim]") {
