@@ -28,9 +28,10 @@ RopeDims dims_of(const Node& n, int64_t width) {
   return {H, K, D, attr_bool(n, "repeat_kv", true)};
 }
 
-double num(const json& o, const char* key, double def) {
+// A number of the scaling object; `def` where absent (NaN: required, unless `optional`).
+double num(const json& o, const char* key, double def, bool optional = false) {
   if (!o.contains(key) || o[key].is_null()) {
-    ZR_CHECK(def == def, "attribute 'scaling': '", key, "' is required for rope_type ",
+    ZR_CHECK(optional || def == def, "attribute 'scaling': '", key, "' is required for rope_type ",
              o.value("rope_type", json()).dump());
     return def;
   }
@@ -102,7 +103,8 @@ kernels::cpu::RopeFreqs rope_freqs(const Node& n, int64_t D, int64_t T) {
              "attribute 'scaling': yarn needs original_max_position_embeddings or the node's "
              "max_position_embeddings");
     auto mscale = [](double s, double m) { return s <= 1 ? 1.0 : 0.1 * m * std::log(s) + 1.0; };
-    const double af = num(sc, "attention_factor", nan), ms = num(sc, "mscale", 0), msa = num(sc, "mscale_all_dim", 0);
+    const double af = num(sc, "attention_factor", nan, true), ms = num(sc, "mscale", 0),
+                 msa = num(sc, "mscale_all_dim", 0);
     scale = af == af ? af : (ms != 0 && msa != 0 ? mscale(factor, ms) / mscale(factor, msa) : mscale(factor, 1));
     const double fast = num(sc, "beta_fast", 32), slow = num(sc, "beta_slow", 1);
     const bool truncate = sc.value("truncate", true);
