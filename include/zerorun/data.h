@@ -28,6 +28,49 @@ class DataSource {
 std::vector<uint32_t> load_token_files(const std::string& spec, std::vector<std::string>* files = nullptr);
 void write_token_shard(const std::string& path, const std::vector<uint16_t>& tokens);
 
+// zerorun's token shard (written by `zerorun prepare`; load_token_files reads it beside llm.c shards).
+// Little-endian; a header of 256 int32 words, then the sections in this order:
+//   header[0] = 20250711 (magic), [1] = 1 (version), [2..3] = token count (int64, low word first),
+//   [4] = bytes a token (2: uint16, 4: uint32), [5..6] = document count (int64), [7] = flags (bit 0: a loss
+//   mask follows), [8] = vocabulary size (0: unknown), the rest 0;
+//   tokens (count x width bytes);
+//   loss mask (count bytes, when flags bit 0): 1 where the token is a target of the loss (transformers' labels
+//     not -100: the token is predicted from the ones before it), 0 where it is context only (a prompt, a
+//     user turn, a template's markup);
+//   document starts (document count + 1 int64 token offsets: where each document begins, then the count).
+constexpr int32_t kZerorunShardMagic = 20250711;
+struct TokenShard {
+  std::vector<uint32_t> tokens;
+  std::vector<uint8_t> loss_mask;   // empty: every token is a target
+  std::vector<int64_t> doc_starts;  // document d is [doc_starts[d], doc_starts[d + 1]); empty: one document
+  int64_t vocab_size = 0;
+};
+// Reads an llm.c shard or a zerorun shard (errors name the file and what is wrong).
+TokenShard read_token_shard(const std::string& path);
+void write_zerorun_shard(const std::string& path, const TokenShard& shard);
+
+// `zerorun prepare`: text files and JSONL ({"text"}, {"messages": [{role, content}]}, {"prompt", "completion"})
+// to token shards, tokenized with a transformers tokenizer.json, chat rendered with the model's template.
+struct PrepareOptions {
+  std::vector<std::string> inputs;       // files or glob patterns: *.jsonl / *.json lines, anything else is text
+  std::string tokenizer;                 // tokenizer.json or a directory with it (+ tokenizer_config.json)
+  std::string out = "data";              // shards are <out>_000000.bin, ...; <out>_val_000000.bin with val_docs
+  std::string format = "zerorun";        // zerorun | llmc (uint16 tokens, no mask or document boundaries)
+  std::string chat_template;             // a .jinja file overriding the tokenizer's template
+  std::string train_on = "completions";  // completions (assistant turns / completion / all text) | all
+  bool eos = true;                       // end each text / prompt-completion document with the EOS token
+  int64_t shard_tokens = 100000000;
+  int64_t val_docs = 0;  // the first N documents go to the validation shards
+  int threads = 0;       // 0: every core
+  bool progress = true;
+};
+struct PrepareResult {
+  int64_t documents = 0, tokens = 0, target_tokens = 0, bytes_in = 0;
+  std::vector<std::string> shards;
+  double seconds = 0;
+};
+PrepareResult prepare_data(const PrepareOptions& o);
+
 // Picks a source for the model: token files for token models, "synthetic"
 // (or empty) for the built-in synthetic task matching the graph inputs.
 std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed);

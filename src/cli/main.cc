@@ -1,4 +1,4 @@
-// The `zerorun` command: launch (default), train, eval, init, import, merge, report, estimate.
+// The `zerorun` command: launch (default), train, eval, init, import, merge, report, estimate, prepare.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -13,6 +13,7 @@
 #include "zerorun/build_info.h"
 #include "zerorun/config.h"
 #include "zerorun/cuda_rt.h"
+#include "zerorun/data.h"
 #include "zerorun/error.h"
 #include "zerorun/launch.h"
 #include "zerorun/hf_arch.h"
@@ -243,6 +244,25 @@ int main(int argc, char** argv) {
 
   auto* report_cmd = app.add_subcommand("report", "build features, library versions, GPUs seen");
 
+  PrepareOptions prep;
+  bool prep_no_eos = false, prep_quiet = false;
+  auto* prep_cmd = app.add_subcommand(
+      "prepare", "text files and JSONL ({\"text\"}, {\"messages\"}, {\"prompt\", \"completion\"}) -> token shards");
+  prep_cmd->add_option("inputs", prep.inputs, "input files or glob patterns (*.jsonl: one record a line; else text)")
+      ->required();
+  prep_cmd->add_option("--tokenizer", prep.tokenizer, "tokenizer.json or a model directory with it")->required();
+  prep_cmd->add_option("-o,--out", prep.out, "output prefix: <out>_000000.bin, ... (default: data)");
+  prep_cmd->add_option("--format", prep.format, "zerorun (default: loss mask + document starts) | llmc (uint16)")
+      ->check(CLI::IsMember({"zerorun", "llmc"}));
+  prep_cmd->add_option("--chat_template", prep.chat_template, "a .jinja file instead of the tokenizer's template");
+  prep_cmd->add_option("--train_on", prep.train_on, "completions (default: assistant turns / completions) | all")
+      ->check(CLI::IsMember({"completions", "all"}));
+  prep_cmd->add_flag("--no_eos", prep_no_eos, "do not end text and prompt-completion documents with EOS");
+  prep_cmd->add_option("--shard_tokens", prep.shard_tokens, "tokens a shard (default 100000000)")->check(at_least(1));
+  prep_cmd->add_option("--val_docs", prep.val_docs, "the first N documents go to <out>_val_*.bin")->check(at_least(0));
+  prep_cmd->add_option("--threads", prep.threads, "tokenizer threads (default: every core)")->check(at_least(0));
+  prep_cmd->add_flag("--quiet", prep_quiet, "no progress bar");
+
   std::string merge_in, merge_out, merge_tag = "latest", merge_dtype = "fp32";
   auto* merge_cmd = app.add_subcommand("merge", "rebuild full weights from ZeRO shards (no GPU, no MPI)");
   merge_cmd->add_option("checkpoint", merge_in, "save_dir or a global_step<N> directory")->required();
@@ -341,6 +361,18 @@ int main(int argc, char** argv) {
           "%.1f MiB)\n",
           (r.peak_rss_bytes - r.baseline_rss_bytes) / 1048576.0, r.peak_rss_bytes / 1048576.0, r.params * 4 / 1048576.0,
           r.largest * 4 / 1048576.0);
+      return 0;
+    }
+    if (*prep_cmd) {
+      prep.eos = !prep_no_eos;
+      prep.progress = !prep_quiet;
+      const PrepareResult r = prepare_data(prep);
+      std::printf(
+          "prepared %lld documents: %lld tokens (%lld = %.1f%% in the loss) in %zu shard(s), %.1f MB in %.1f s\n",
+          static_cast<long long>(r.documents), static_cast<long long>(r.tokens),
+          static_cast<long long>(r.target_tokens), r.tokens ? 100.0 * r.target_tokens / r.tokens : 0.0, r.shards.size(),
+          r.bytes_in / 1e6, r.seconds);
+      for (auto& f : r.shards) std::printf("  %s\n", f.c_str());
       return 0;
     }
     if (*report_cmd) {

@@ -38,7 +38,13 @@ void read_llmc(const std::string& path, std::vector<uint32_t>& out) {
   int32_t h[256];
   in.read(reinterpret_cast<char*>(h), sizeof h);
   ZR_CHECK(in, path, ": too short for an llm.c token shard header (1024 bytes)");
-  ZR_CHECK(h[0] == 20240520, path, ": bad magic ", h[0], " (an llm.c token shard starts with 20240520)");
+  if (h[0] == kZerorunShardMagic) {  // zerorun prepare's shards: the tokens (the loss mask is not read here yet)
+    const TokenShard s = read_token_shard(path);
+    out.insert(out.end(), s.tokens.begin(), s.tokens.end());
+    return;
+  }
+  ZR_CHECK(h[0] == 20240520, path, ": bad magic ", h[0], " (an llm.c token shard starts with 20240520, a zerorun ",
+           "shard with ", kZerorunShardMagic, ")");
   ZR_CHECK(h[1] == 1, path, ": unsupported token shard version ", h[1], " (expected 1: uint16 tokens)");
   ZR_CHECK(h[2] >= 0, path, ": negative token count");
   in.seekg(0, std::ios::end);

@@ -651,6 +651,7 @@ struct Section {  // a piece of text, or an added token (token >= 0)
 }  // namespace
 
 struct Tokenizer::Impl {
+  uint64_t serial = 0;  // unique a tokenizer: keys the thread-local word caches
   std::string source;
   std::unordered_map<std::string, int32_t> vocab;  // model vocabulary + added tokens
   std::vector<std::string> id_to_tok;
@@ -820,6 +821,8 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& sourc
   }
   auto impl = std::make_shared<Impl>();
   Impl& t = *impl;
+  static std::atomic<uint64_t> serials{0};
+  t.serial = ++serials;
   t.source = source;
   try {
     ZR_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "no 'model' object");
@@ -986,7 +989,13 @@ Tokenizer Tokenizer::load(const std::string& path) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  Impl::Cache cache;
+  // One word cache a thread, kept while the thread encodes with the same tokenizer.
+  thread_local Impl::Cache cache;
+  thread_local uint64_t owner = 0;
+  if (owner != impl_->serial) {
+    cache.words.clear();
+    owner = impl_->serial;
+  }
   return impl_->encode(text, add_special_tokens, cache);
 }
 
