@@ -1,5 +1,6 @@
 // Every op: forward against a float64 reference implementation, and backward
 // against central finite differences of that float64 reference.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -425,4 +426,183 @@ TEST_CASE("ops reject bad shapes and ids with clear errors", "[ops]") {
   c.in = {id};
   c.params["weight"] = Tensor::zeros({4, 2}, DType::F32);
   REQUIRE_THROWS_WITH(op_lookup("embedding").forward(c), Catch::Contains("token id 9 at position 1"));
+}
+
+// ---- the features of today's decoders (Qwen3, OLMo-2, Gemma, Llama 3 rope scaling) ----
+
+TEST_CASE("qk_norm gradcheck (per head, full width, Gemma's 1 + w)", "[ops]") {
+  Rng r(21);
+  const int64_t B = 2, T = 3, H = 4, K = 2, D = 4, W = (H + 2 * K) * D;
+  for (bool full : {false, true})
+    for (double offset : {0.0, 1.0}) {
+      INFO("full " << full << " offset " << offset);
+      auto ref = [&](const std::vector<Vec>& in, const std::map<std::string, Vec>& p) {
+        Vec y = in[0];
+        for (int64_t row = 0; row < B * T; ++row) {
+          const int64_t groups = full ? 2 : H + K;
+          for (int64_t g = 0; g < groups; ++g) {
+            const int64_t off = full ? (g == 0 ? 0 : H * D) : g * D, size = full ? (g == 0 ? H : K) * D : D;
+            const Vec& w = p.at(g < (full ? 1 : H) ? "q_weight" : "k_weight");
+            double ss = 0;
+            for (int64_t c = 0; c < size; ++c) ss += in[0][row * W + off + c] * in[0][row * W + off + c];
+            for (int64_t c = 0; c < size; ++c)
+              y[row * W + off + c] = in[0][row * W + off + c] / std::sqrt(ss / size + 1e-6) * (w[c] + offset);
+          }
+        }
+        return y;
+      };
+      const int64_t wq = full ? H * D : D, wk = full ? K * D : D;
+      check_op(
+          make_node("qk_norm", {{"n_head", H}, {"n_kv_head", K}, {"eps", 1e-6}, {"full", full}, {"offset", offset}}),
+          {rnd({B, T, W}, r)}, {{"q_weight", rnd({wq}, r)}, {"k_weight", rnd({wk}, r)}}, ref);
+    }
+  Node bad = make_node("qk_norm", {{"n_head", 4}, {"n_kv_head", 2}});
+  REQUIRE_THROWS_WITH(
+      op_lookup("qk_norm").infer(bad, {{{1, 2, 32}, DType::F32}}, {{"q_weight", {8}}, {"k_weight", {4}}}),
+      Catch::Contains("q_weight must be [4], got [8]"));
+}
+
+TEST_CASE("rmsnorm with Gemma's offset, geglu, scale and softcap gradcheck", "[ops]") {
+  Rng r(22);
+  const int64_t N = 4, C = 6;
+  auto rms = [&](const std::vector<Vec>& in, const std::map<std::string, Vec>& p) {
+    Vec y(N * C);
+    for (int64_t n = 0; n < N; ++n) {
+      double ss = 0;
+      for (int64_t c = 0; c < C; ++c) ss += in[0][n * C + c] * in[0][n * C + c];
+      for (int64_t c = 0; c < C; ++c)
+        y[n * C + c] = in[0][n * C + c] / std::sqrt(ss / C + 1e-6) * (1.0 + p.at("weight")[c]);
+    }
+    return y;
+  };
+  check_op(make_node("rmsnorm", {{"eps", 1e-6}, {"offset", 1.0}}), {rnd({N, C}, r)}, {{"weight", rnd({C}, r)}}, rms);
+  auto geglu = [](const std::vector<Vec>& in, const std::map<std::string, Vec>&) {
+    Vec y(in[0].size());
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double g = in[0][i];
+      y[i] = 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) * in[1][i];
+    }
+    return y;
+  };
+  check_op(make_node("geglu"), {rnd({3, 5}, r, 3.0), rnd({3, 5}, r, 2.0)}, {}, geglu);
+  auto scale = [](const std::vector<Vec>& in, const std::map<std::string, Vec>&) {
+    Vec y = in[0];
+    for (double& v : y) v *= 6.928203230275509;
+    return y;
+  };
+  check_op(make_node("scale", {{"factor", 6.928203230275509}}), {rnd({2, 7}, r)}, {}, scale);
+  auto cap = [](const std::vector<Vec>& in, const std::map<std::string, Vec>&) {
+    Vec y = in[0];
+    for (double& v : y) v = 3.0 * std::tanh(v / 3.0);
+    return y;
+  };
+  check_op(make_node("softcap", {{"cap", 3.0}}), {rnd({2, 9}, r, 8.0)}, {}, cap);
+  REQUIRE_THROWS_WITH(op_lookup("softcap").infer(make_node("softcap", {{"cap", -1.0}}), {{{2}, DType::F32}}, {}),
+                      Catch::Contains("attribute 'cap' must be positive"));
+  REQUIRE_THROWS_WITH(op_lookup("scale").infer(make_node("scale"), {{{2}, DType::F32}}, {}),
+                      Catch::Contains("attribute 'factor' is required"));
+}
+
+TEST_CASE("rope gradcheck with transformers' rope types (linear, dynamic, llama3, yarn) and grouped heads in place",
+          "[ops]") {
+  // The reference inv_freq of each type, from modeling_rope_utils' formulas in double; the angle t * inv_freq,
+  // cos and sin times the attention factor.
+  Rng r(23);
+  const int64_t B = 2, T = 6, H = 4, K = 2, D = 8, half = D / 2, W = (H + 2 * K) * D;
+  const double theta = 500.0, pi = 3.14159265358979323846;
+  struct Case {
+    json scaling;
+    std::function<Vec()> inv;
+    double factor;
+  };
+  auto base = [&] {
+    Vec v(half);
+    for (int64_t i = 0; i < half; ++i) v[i] = 1.0 / std::pow(theta, 2.0 * i / D);
+    return v;
+  };
+  std::vector<Case> cases = {
+      {{{"rope_type", "linear"}, {"factor", 4.0}},
+       [&] {
+         Vec v = base();
+         for (double& x : v) x /= 4.0;
+         return v;
+       },
+       1.0},
+      {{{"rope_type", "dynamic"}, {"factor", 2.0}},  // T = 6 > max_position_embeddings 4: the base grows
+       [&] {
+         const double b = theta * std::pow(2.0 * T / 4 - 1.0, static_cast<double>(D) / (D - 2));
+         Vec v(half);
+         for (int64_t i = 0; i < half; ++i) v[i] = 1.0 / std::pow(b, 2.0 * i / D);
+         return v;
+       },
+       1.0},
+      {{{"rope_type", "llama3"},
+        {"factor", 8.0},
+        {"low_freq_factor", 1.0},
+        {"high_freq_factor", 4.0},
+        {"original_max_position_embeddings", 40}},
+       [&] {
+         Vec v = base();
+         for (double& x : v) {
+           const double wl = 2 * pi / x;
+           if (wl > 40.0)
+             x /= 8.0;
+           else if (wl >= 10.0) {
+             const double s = (40.0 / wl - 1.0) / 3.0;
+             x = (1 - s) * x / 8.0 + s * x;
+           }
+         }
+         return v;
+       },
+       1.0},
+      {{{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}},
+       [&] {
+         auto dim = [&](double rot) { return D * std::log(64 / (rot * 2 * pi)) / (2 * std::log(theta)); };
+         double lo = std::max(std::floor(dim(32)), 0.0), hi = std::min(std::ceil(dim(1)), D - 1.0);
+         if (lo == hi) hi += 0.001;
+         Vec v = base();
+         for (int64_t i = 0; i < half; ++i) {
+           const double ramp = std::clamp((i - lo) / (hi - lo), 0.0, 1.0), ef = 1 - ramp;
+           v[i] = v[i] / 4.0 * (1 - ef) + v[i] * ef;
+         }
+         return v;
+       },
+       0.1 * std::log(4.0) + 1.0}};
+  for (const Case& cs : cases) {
+    INFO("scaling " << cs.scaling.dump());
+    const Vec inv = cs.inv();
+    auto ref = [&](const std::vector<Vec>& in, const std::map<std::string, Vec>&) {
+      Vec y(in[0].size());
+      for (int64_t row = 0; row < B * T; ++row) {
+        const int64_t t = row % T;
+        for (int64_t j = 0; j < H + 2 * K; ++j)
+          for (int64_t i = 0; i < D; ++i) {
+            const double v = in[0][row * W + j * D + i];
+            if (j >= H + K) {
+              y[row * W + j * D + i] = v;
+              continue;
+            }
+            const double a = t * inv[i % half];
+            const double rot = i < half ? -in[0][row * W + j * D + i + half] : in[0][row * W + j * D + i - half];
+            y[row * W + j * D + i] = (v * std::cos(a) + rot * std::sin(a)) * cs.factor;
+          }
+      }
+      return y;
+    };
+    check_op(make_node("rope", {{"n_head", H},
+                                {"n_kv_head", K},
+                                {"theta", theta},
+                                {"scaling", cs.scaling},
+                                {"max_position_embeddings", 4},
+                                {"repeat_kv", false}}),
+             {rnd({B, T, W}, r)}, {}, ref);
+  }
+  REQUIRE_THROWS_WITH(
+      op_lookup("rope").infer(make_node("rope", {{"n_head", 2}, {"scaling", {{"rope_type", "longrope"}}}}),
+                              {{{1, 2, 24}, DType::F32}}, {}),
+      Catch::Contains("rope_type \"longrope\" is not supported"));
+  REQUIRE_THROWS_WITH(
+      op_lookup("rope").infer(make_node("rope", {{"n_head", 2}, {"scaling", {{"rope_type", "llama3"}}}}),
+                              {{{1, 2, 24}, DType::F32}}, {}),
+      Catch::Contains("'factor' is required for rope_type \"llama3\""));
 }
