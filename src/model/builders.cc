@@ -208,8 +208,9 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
       if (s.norm_offset != 0) a["offset"] = s.norm_offset;
       h = b.node("qk_norm", {h}, p + ".self_attn.qk_norm", {{"q_weight", qn}, {"k_weight", kn}}, a);
     }
-    // rope rotates q and k and repeats the K key/value heads for the attention kernels.
+    // rope rotates q and k; grouped-query key/value heads stay K (attention reads each for its H / K query heads).
     json ra = {{"n_head", H}, {"n_kv_head", K}};
+    if (K != H) ra["repeat_kv"] = false;
     if (slide && s.local_rope_theta > 0) {
       ra["theta"] = s.local_rope_theta;
     } else {
@@ -221,6 +222,7 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
     }
     h = b.node("rope", {h}, p + ".self_attn.rope", {}, ra);
     json aa = {{"n_head", H}};
+    if (K != H) aa["n_kv_head"] = K;
     if (s.attn_scale > 0) aa["scale"] = s.attn_scale;
     if (slide) aa["window"] = s.window;
     if (s.attn_softcap > 0) aa["softcap"] = s.attn_softcap;

@@ -385,6 +385,41 @@ TEST_CASE("cuda ops match cpu ops", "[cuda]") {
   compare_op("mse", {}, {rnd({33, 65}, r), rnd({33, 65}, r)}, {});
 }
 
+TEST_CASE("cuda ops of today's decoders match cpu ops: qk_norm, Gemma's norms, geglu, scale, softcap, scaled rope",
+          "[cuda]") {
+  Rng r(31);
+  // qk_norm per head (Qwen3; Gemma 3's 1 + w) and over the full width (OLMo-2), more rows than one weight-gradient
+  // chunk (64), head sizes 64, 128 and 256.
+  for (int64_t D : {64, 128, 256})
+    for (double offset : {0.0, 1.0})
+      compare_op("qk_norm", {{"n_head", 4}, {"n_kv_head", 2}, {"eps", 1e-6}, {"offset", offset}},
+                 {rnd({3, 45, 8 * D}, r)}, {{"q_weight", rnd({D}, r)}, {"k_weight", rnd({D}, r)}});
+  compare_op("qk_norm", {{"n_head", 8}, {"n_kv_head", 2}, {"eps", 1e-6}, {"full", true}}, {rnd({2, 70, 12 * 64}, r)},
+             {{"q_weight", rnd({8 * 64}, r)}, {"k_weight", rnd({2 * 64}, r)}});
+  for (int64_t C : {200, 2048})
+    compare_op("rmsnorm", {{"eps", 1e-6}, {"offset", 1.0}}, {rnd({3, 45, C}, r)}, {{"weight", rnd({C}, r)}});
+  compare_op("geglu", {}, {rnd({7, 130}, r, 3.0), rnd({7, 130}, r)}, {});
+  compare_op("scale", {{"factor", 45.254833995939045}}, {rnd({5, 77}, r)}, {});
+  compare_op("softcap", {{"cap", 30.0}}, {rnd({5, 77}, r, 80.0)}, {});
+  // rope: transformers' scaled tables (the same f32 inverse frequencies on both sides) and k/v heads in place.
+  const json scalings[] = {json(),
+                           {{"rope_type", "linear"}, {"factor", 8.0}},
+                           {{"rope_type", "dynamic"}, {"factor", 2.0}},
+                           {{"rope_type", "llama3"},
+                            {"factor", 32.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", 64}},
+                           {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}}};
+  for (const json& sc : scalings)
+    for (bool repeat : {true, false}) {
+      json a = {
+          {"n_head", 8}, {"n_kv_head", 2}, {"theta", 500000.0}, {"repeat_kv", repeat}, {"max_position_embeddings", 50}};
+      if (!sc.is_null()) a["scaling"] = sc;
+      compare_op("rope", a, {rnd({2, 97, (8 + 4) * 128}, r)}, {}, 1e-5);
+    }
+}
+
 TEST_CASE("16-bit matmul inputs: exact on 16-bit operands, rounding on others", "[cuda]") {
   for (DType dt : {DType::BF16, DType::F16}) {
     INFO("matmul dtype " << dtype_name(dt));
