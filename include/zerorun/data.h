@@ -36,7 +36,7 @@ void write_token_shard(const std::string& path, const std::vector<uint16_t>& tok
 //   tokens (count x width bytes);
 //   loss mask (count bytes, when flags bit 0): 1 where the token is a target of the loss (transformers' labels
 //     not -100: the token is predicted from the ones before it), 0 where it is context only (a prompt, a
-//     user turn, a template's markup);
+//     user turn, a template's markup, and the first token of every document);
 //   document starts (document count + 1 int64 token offsets: where each document begins, then the count).
 constexpr int32_t kZerorunShardMagic = 20250711;
 struct TokenShard {

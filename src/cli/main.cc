@@ -368,7 +368,7 @@ int main(int argc, char** argv) {
       prep.progress = !prep_quiet;
       const PrepareResult r = prepare_data(prep);
       std::printf(
-          "prepared %lld documents: %lld tokens (%lld = %.1f%% in the loss) in %zu shard(s), %.1f MB in %.1f s\n",
+          "prepared %lld documents: %lld tokens (%lld = %.1f%% in the loss) in %zu shard(s), %.2f MB in %.1f s\n",
           static_cast<long long>(r.documents), static_cast<long long>(r.tokens),
           static_cast<long long>(r.target_tokens), r.tokens ? 100.0 * r.target_tokens / r.tokens : 0.0, r.shards.size(),
           r.bytes_in / 1e6, r.seconds);

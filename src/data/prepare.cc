@@ -122,38 +122,41 @@ class Preparer {
       size_t searched = 0;
       for (size_t i = 0; i < messages.size(); ++i) {
         if (messages[i]["role"] != "assistant") continue;
-        // The assistant turn is what the conversation up to it adds to the render with a generation prompt.
+        // An assistant turn starts where the render of the conversation before it, with the generation prompt,
+        // ends (when that is a prefix of the whole render), else where its content appears (after any reasoning
+        // block: templates may drop the reasoning of earlier turns). It ends with the first end-of-turn marker
+        // after its start (the EOS token, <|im_end|>, <|eot_id|>, <end_of_turn>, <|end|>), or where the render of
+        // the conversation up to it ends.
         const ojson before(messages.begin(), messages.begin() + static_cast<long>(i));
         const ojson upto(messages.begin(), messages.begin() + static_cast<long>(i) + 1);
         std::string p, f;
         ZR_WITH_CONTEXT(where, p = render(before, true));
         ZR_WITH_CONTEXT(where, f = render(upto, false));
-        if (f.compare(0, p.size(), p) == 0 && full.compare(0, f.size(), f) == 0 && f.size() > p.size()) {
-          spans.push_back({p.size(), f.size()});
-          searched = f.size();
-          continue;
-        }
-        // Templates that render earlier turns differently (e.g. dropping reasoning): the content as it appears,
-        // with an end-of-turn marker right after it.
-        const ojson& c = messages[i]["content"];
-        ZR_CHECK(c.is_string(), where, ": messages[", i,
-                 "]: cannot find this assistant turn in the render (its content is not a string); use --train_on all");
-        std::string content = c.get<std::string>();
-        size_t pos = full.find(content, searched);
-        if (pos == std::string::npos) {  // templates that trim the content
+        size_t pos = std::string::npos;
+        const bool prefix = f.compare(0, p.size(), p) == 0 && full.compare(0, f.size(), f) == 0;
+        if (full.compare(0, p.size(), p) == 0 && p.size() >= searched) {
+          pos = p.size();
+        } else if (messages[i]["content"].is_string()) {
+          std::string content = messages[i]["content"].get<std::string>();
+          const size_t think = content.rfind("</think>");
+          if (think != std::string::npos) content = content.substr(think + 8);
           const size_t a = content.find_first_not_of(" \t\n\r"), b = content.find_last_not_of(" \t\n\r");
-          content = a == std::string::npos ? "" : content.substr(a, b - a + 1);
-          pos = full.find(content, searched);
+          if (a != std::string::npos) pos = full.find(content.substr(a, b - a + 1), searched);
         }
-        ZR_CHECK(pos != std::string::npos && !content.empty(), where, ": messages[", i,
+        ZR_CHECK(pos != std::string::npos, where, ": messages[", i,
                  "]: cannot find this assistant turn in the chat template's render; use --train_on all");
-        size_t end = pos + content.size();
+        size_t end = std::string::npos;
         for (const std::string& m : {tok_.eos_token(), std::string("<|im_end|>"), std::string("<|eot_id|>"),
-                                     std::string("<end_of_turn>"), std::string("<|end|>")})
-          if (!m.empty() && full.compare(end, m.size(), m) == 0) {
-            end += m.size();
-            break;
-          }
+                                     std::string("<end_of_turn>"), std::string("<|end|>")}) {
+          const size_t at = m.empty() ? std::string::npos : full.find(m, pos);
+          if (at != std::string::npos && (end == std::string::npos || at + m.size() < end)) end = at + m.size();
+        }
+        if (prefix && pos == p.size() && (end == std::string::npos || end > f.size())) end = f.size();
+        if (end == std::string::npos) {
+          ZR_CHECK(i + 1 == messages.size(), where, ": messages[", i,
+                   "]: cannot find where this assistant turn ends in the chat template's render; use --train_on all");
+          end = full.size();
+        }
         spans.push_back({pos, end});
         searched = end;
       }
@@ -300,7 +303,7 @@ class Preparer {
   struct Pending {
     TokenShard shard;
     int index = 0;
-    bool any_masked = false;
+    bool any_masked = false, prompt_masked = false;
   };
 
   void add_document(const DocOut& d) {
@@ -308,10 +311,14 @@ class Preparer {
     ++res_.documents;
     if (p.shard.doc_starts.empty()) p.shard.doc_starts.push_back(0);
     for (size_t i = 0; i < d.ids.size(); ++i) {
+      // A document's first token is never a target: nothing of the document comes before it (as transformers'
+      // DataCollatorWithFlattening labels packed sequences).
+      const uint8_t m = i == 0 ? 0 : d.mask[i];
       p.shard.tokens.push_back(static_cast<uint32_t>(d.ids[i]));
-      p.shard.loss_mask.push_back(d.mask[i]);
-      p.any_masked = p.any_masked || !d.mask[i];
-      res_.target_tokens += d.mask[i];
+      p.shard.loss_mask.push_back(m);
+      p.any_masked = p.any_masked || !m;
+      if (i > 0 && !m) p.prompt_masked = true;
+      res_.target_tokens += m;
     }
     res_.tokens += static_cast<int64_t>(d.ids.size());
     p.shard.doc_starts.push_back(static_cast<int64_t>(p.shard.tokens.size()));
@@ -327,7 +334,7 @@ class Preparer {
     if (slash != std::string::npos && slash > 0) make_dirs(path.substr(0, slash));
     if (o_.format == "llmc") {
       write_token_shard(path, std::vector<uint16_t>(p.shard.tokens.begin(), p.shard.tokens.end()));
-      if (p.any_masked) masks_dropped_ = true;
+      if (p.prompt_masked) masks_dropped_ = true;
     } else {
       p.shard.vocab_size = tok_.vocab_size();
       if (!p.any_masked) p.shard.loss_mask.clear();
@@ -335,7 +342,7 @@ class Preparer {
     }
     res_.shards.push_back(path);
     p.shard = TokenShard();
-    p.any_masked = false;
+    p.any_masked = p.prompt_masked = false;
   }
 
  public:

@@ -4,6 +4,8 @@
 //       one line a document: {"ids": [...add_special_tokens], "plain": [...without], "decoded": decode(plain)}
 //   zerorun_tokenize_tool --bench TOKENIZER TEXT_FILE THREADS
 //       encodes the file's lines (one document a line) and prints tokens and MB/s
+//   zerorun_tokenize_tool --dump SHARD [TOKENIZER]
+//       one line a document of a token shard: {"ids": [...], "mask": [...], "targets": decode(masked-in ids)}
 //   zerorun_tokenize_tool --chat CASES.json OUT.jsonl NAME=TEMPLATE...
 //       renders each chat template (a .jinja file, or a tokenizer_config.json's chat_template) with each case,
 //       as jinja_oracle.mjs does with @huggingface/jinja
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "zerorun/data.h"
 #include "zerorun/error.h"
 #include "zerorun/jinja.h"
 #include "zerorun/tokenizer.h"
@@ -35,6 +38,28 @@ int main(int argc, char** argv) {
       for (auto& v : ids) n += v.size();
       std::printf("threads %s: %zu docs, %.1f MB, %zu tokens in %.3f s: %.2f MB/s, %.0f tokens/s (load %.2f s)\n",
                   argv[4], docs.size(), bytes / 1e6, n, s, bytes / 1e6 / s, n / s, load_s);
+      return 0;
+    }
+    if (argc >= 3 && std::string(argv[1]) == "--dump") {
+      const zerorun::TokenShard s = zerorun::read_token_shard(argv[2]);
+      std::unique_ptr<zerorun::Tokenizer> tok;
+      if (argc > 3) tok = std::make_unique<zerorun::Tokenizer>(zerorun::Tokenizer::load(argv[3]));
+      std::vector<int64_t> starts = s.doc_starts;
+      if (starts.empty()) starts = {0, static_cast<int64_t>(s.tokens.size())};
+      for (size_t d = 0; d + 1 < starts.size(); ++d) {
+        nlohmann::json j;
+        std::vector<int32_t> ids, targets;
+        std::vector<int> mask;
+        for (int64_t i = starts[d]; i < starts[d + 1]; ++i) {
+          ids.push_back(static_cast<int32_t>(s.tokens[static_cast<size_t>(i)]));
+          mask.push_back(s.loss_mask.empty() ? 1 : s.loss_mask[static_cast<size_t>(i)]);
+          if (mask.back()) targets.push_back(ids.back());
+        }
+        j["ids"] = ids;
+        j["mask"] = mask;
+        if (tok) j["targets"] = targets.empty() ? "" : tok->decode(targets);
+        std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+      }
       return 0;
     }
     if (argc >= 4 && std::string(argv[1]) == "--chat") {
