@@ -26,7 +26,10 @@ class AtomicFile {
 };
 
 void write_file_atomic(const std::string& path, const std::string& content);
-std::string read_file(const std::string& path);
+std::string read_file(const std::string& path);  // a regular file or a pipe (else an error naming it)
+// The size of a regular file; a directory, FIFO, device or socket (also through a symlink) is an error naming the
+// path and what it is, so no reader blocks on a pipe or reads /dev/zero forever.
+uint64_t regular_file_size(const std::string& path);
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc starts at 0xffffffff
 uint32_t file_crc32(const std::string& path);
 void make_dirs(const std::string& path);

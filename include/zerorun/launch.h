@@ -14,6 +14,8 @@ struct Host {
   int slots = 1;
 };
 
+// A host name (letters, digits, '-', '_', dot-separated labels not starting or ending with '-') or an IP literal.
+bool valid_host_name(const std::string& name);
 // Parses hostfile text; `source` names the file in errors (with line numbers).
 std::vector<Host> parse_hostfile(const std::string& text, const std::string& source);
 std::vector<Host> load_hostfile(const std::string& path);
@@ -43,5 +45,13 @@ std::vector<Placement> place(const LaunchRequest& r);
 // argv of the launcher + `rank_cmd` (the per-rank command).
 std::vector<std::string> build_command(const LaunchRequest& r, const std::vector<Placement>& p,
                                        const std::vector<std::string>& rank_cmd);
+// The command as one line a POSIX shell runs as is (each word quoted where it needs to be): for --dry_run.
+std::string shell_quote(const std::vector<std::string>& argv);
+// Runs the launcher command (argv stays an array) in its own process group and waits for it. SIGTERM, SIGHUP or
+// SIGUSR1 become a graceful stop (SIGUSR1 forwarded: every rank stops after its step and saves to save_dir); a
+// second signal stops the ranks at once; SIGINT is passed on. Returns the exit code: the launcher's own, or
+// 128 + the signal that stopped the job (SIGTERM: 143). A stop that ended before the ranks' checkpoint was
+// complete removes the save's temporary files in save_dir and says so; `latest` keeps naming the previous one.
+int supervise(const std::vector<std::string>& argv, const std::string& save_dir);
 
 }  // namespace zerorun::launch

@@ -8,9 +8,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
@@ -85,9 +88,33 @@ void check_manifest(const nlohmann::json& m) {
   if (m.contains("samples")) count(m, "", "samples", 0, kMax);
   if (m.contains("data")) count(field(m, "", "data"), "data.", "next_sample", 0, kMax);
   const int64_t world = count(m, "", "world_size", 1, 1 << 20);
+  // Fields only reported (or written by older zerorun versions, hence optional): still in range when present.
+  if (m.contains("zero_stage")) count(m, "", "zero_stage", 0, 3);
+  if (m.contains("precision")) {
+    const std::string p = text(m, "", "precision");
+    ZR_CHECK(p == "fp32" || p == "bf16" || p == "fp16", "'precision' must be fp32, bf16 or fp16, got '", p, "'");
+  }
+  if (m.contains("tag")) text(m, "", "tag");
+  if (m.contains("config")) ZR_CHECK(m["config"].is_object(), "'config' must be an object");
+  if (m.contains("data") && m["data"].contains("seed")) count(m["data"], "data.", "seed", 0, INT64_MAX);
+  if (m.contains("rng")) {
+    ZR_CHECK(m["rng"].is_object(), "'rng' must be an object");
+    if (m["rng"].contains("data_seed")) count(m["rng"], "rng.", "data_seed", 0, INT64_MAX);
+  }
+  if (m.contains("scheduler")) {
+    const json& sc = field(m, "", "scheduler");
+    ZR_CHECK(sc.is_object(), "'scheduler' must be an object");
+    if (sc.contains("type")) text(sc, "scheduler.", "type");
+    if (sc.contains("last_batch_iteration")) count(sc, "scheduler.", "last_batch_iteration", -1, kMax);
+  }
   const json& opt = field(m, "", "optimizer");
   text(opt, "optimizer.", "type");
   count(opt, "optimizer.", "steps", 0, kMax);
+  if (opt.contains("states")) {
+    ZR_CHECK(opt["states"].is_array(), "'optimizer.states' must be an array of names");
+    for (auto& st : opt["states"])
+      ZR_CHECK(st.is_string(), "'optimizer.states' must be an array of names, got ", opt["states"].dump());
+  }
   ZR_CHECK(field(m, "", "loss_scaler").is_object(), "'loss_scaler' must be an object");
   // The graph: the one the hash names, valid with the parameters' shapes.
   const std::string hash = text(m, "", "graph_hash");
@@ -161,7 +188,7 @@ void verify_shards(const std::string& dir, const nlohmann::json& m, const std::s
   for (auto& [name, info] : m["files"].items()) {
     std::string p = dir + "/" + name;
     ZR_CHECK(path_exists(p), p, ": shard listed in the manifest is missing");
-    uint64_t sz = std::filesystem::file_size(p);
+    uint64_t sz = regular_file_size(p);
     ZR_CHECK(sz == info.at("bytes").get<uint64_t>(), p, ": size ", sz, " bytes, manifest says ",
              info.at("bytes").get<uint64_t>(), " (truncated or replaced shard)");
     if (!checksummed.count(name)) continue;
@@ -247,10 +274,12 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
       std::fflush(stderr);
       ::raise(SIGKILL);
     }
+    if (std::strncmp(f, "pause_after_shard:", 18) == 0)  // testing: a slow save, to stop it midway
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(f + 18)));
   }
   // 2. Confirmations (size + crc of every shard) to rank 0.
   uint32_t crc = file_crc32(dir + "/" + shard);
-  uint64_t bytes = std::filesystem::file_size(dir + "/" + shard);
+  uint64_t bytes = regular_file_size(dir + "/" + shard);
   int32_t mine[3] = {static_cast<int32_t>(crc), static_cast<int32_t>(bytes & 0xffffffffu),
                      static_cast<int32_t>(bytes >> 32)};
   std::vector<int32_t> all(static_cast<size_t>(3 * W));

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <thread>
 
@@ -15,12 +16,12 @@
 #include "zerorun/cuda_rt.h"
 #include "zerorun/data.h"
 #include "zerorun/error.h"
-#include "zerorun/launch.h"
 #include "zerorun/hf_arch.h"
+#include "zerorun/launch.h"
 #include "zerorun/merge.h"
 #include "zerorun/model.h"
-#include "zerorun/strict_json.h"
 #include "zerorun/stop_signal.h"
+#include "zerorun/strict_json.h"
 #include "zerorun/trainer.h"
 #include "zerorun/zero_plan.h"
 
@@ -394,22 +395,24 @@ int main(int argc, char** argv) {
       lr.local_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       auto placement = launch::place(lr);
       std::vector<std::string> argv_s = launch::build_command(lr, placement, rank_command(launch));
-      if (dry_run) {
-        for (size_t i = 0; i < argv_s.size(); ++i) std::printf("%s%s", i ? " " : "", argv_s[i].c_str());
-        std::printf("\n");
+      if (dry_run) {  // one line a shell runs as is
+        std::printf("%s\n", launch::shell_quote(argv_s).c_str());
         return 0;
       }
-      std::vector<char*> av;
-      for (auto& x : argv_s) av.push_back(x.data());
-      av.push_back(nullptr);
-      std::fflush(stdout);
-      execvp(av[0], av.data());
-      ZR_FAIL("cannot start ", argv_s[0], ": ", std::strerror(errno),
-              lr.launcher == "slurm" ? "" : " (install openmpi-bin)");
+      // Where the ranks save (for the message and the clean-up after a stop that ends mid-save).
+      std::string save_dir = launch.save_dir.value_or("");
+      if (save_dir.empty()) try {
+          save_dir = load_config(launch.config_path).train.save_dir;
+        } catch (const Error&) {  // the ranks report a bad config
+        }
+      return launch::supervise(argv_s, save_dir);
     }
     auto comm = make_train_comm(launch);
     return run_training(launch, *comm);
   } catch (const Error& e) {
+    std::fprintf(stderr, "zerorun: error: %s\n", e.what());
+    return 1;
+  } catch (const std::filesystem::filesystem_error& e) {  // a path that cannot be used: an input fault
     std::fprintf(stderr, "zerorun: error: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {

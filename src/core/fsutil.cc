@@ -39,7 +39,21 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
   return crc;
 }
 
+uint64_t regular_file_size(const std::string& path) {
+  struct stat st {};
+  ZR_CHECK(::stat(path.c_str(), &st) == 0, path, ": cannot open file: ", std::strerror(errno));
+  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
+                     : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                     : S_ISCHR(st.st_mode)  ? "a character device"
+                     : S_ISBLK(st.st_mode)  ? "a block device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : nullptr;
+  ZR_CHECK(S_ISREG(st.st_mode), path, ": not a regular file (", kind ? kind : "not a file", ")");
+  return static_cast<uint64_t>(st.st_size);
+}
+
 uint32_t file_crc32(const std::string& path) {
+  regular_file_size(path);  // never read a FIFO or a device: it would block or never end
   std::ifstream in(path, std::ios::binary);
   ZR_CHECK(in, path, ": cannot open file");
   std::vector<char> buf(1 << 20);
@@ -96,6 +110,8 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 }
 
 std::string read_file(const std::string& path) {
+  struct stat st {};  // a pipe is read to its end (--config <(...)); a directory or device is an error
+  if (::stat(path.c_str(), &st) == 0 && !S_ISFIFO(st.st_mode)) regular_file_size(path);
   std::ifstream in(path, std::ios::binary);
   ZR_CHECK(in, path, ": cannot open file");
   std::ostringstream ss;

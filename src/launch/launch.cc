@@ -1,7 +1,11 @@
 // Hostfile / include-exclude parsing, rank placement, launcher argv.
 #include "zerorun/launch.h"
 
+#include <arpa/inet.h>
+
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <sstream>
 
 #include "zerorun/error.h"
@@ -14,6 +18,20 @@ std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r"), e = s.find_last_not_of(" \t\r");
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
+// The name as printable ASCII for messages (control, bidi and other non-ASCII bytes as \xNN).
+std::string printable(const std::string& s) {
+  std::string o;
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      o += static_cast<char>(c);
+    } else {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\x%02X", c);
+      o += b;
+    }
+  }
+  return o;
+}
 int to_int(const std::string& s, const std::string& what) {
   ZR_CHECK(!s.empty() && s.find_first_not_of("0123456789") == std::string::npos, what, ": '", s,
            "' is not a non-negative integer");
@@ -21,6 +39,26 @@ int to_int(const std::string& s, const std::string& what) {
   return std::stoi(s);
 }
 }  // namespace
+
+bool valid_host_name(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  unsigned char v6[16];
+  if (name.find(':') != std::string::npos) return inet_pton(AF_INET6, name.c_str(), v6) == 1;  // an IPv6 literal
+  // A host name (RFC 1123 labels, plus '_' that real clusters use) or an IPv4 literal: dot-separated labels of
+  // letters, digits, '-' and '_', none empty, none starting or ending with '-' (no option can pass as a host).
+  size_t label = 0;
+  for (size_t i = 0; i <= name.size(); ++i) {
+    const char c = i < name.size() ? name[i] : '.';
+    if (c == '.') {
+      if (label == 0 || label > 63 || name[i - 1] == '-' || name[i - label] == '-') return false;
+      label = 0;
+      continue;
+    }
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') return false;
+    ++label;
+  }
+  return true;
+}
 
 std::vector<Host> parse_hostfile(const std::string& text, const std::string& source) {
   std::vector<Host> hosts;
@@ -38,6 +76,9 @@ std::vector<Host> parse_hostfile(const std::string& text, const std::string& sou
     ls >> name >> slots >> extra;
     ZR_CHECK(!slots.empty() && extra.empty() && slots.rfind("slots=", 0) == 0, where,
              ": expected 'HOSTNAME slots=N', got '", line, "'");
+    ZR_CHECK(valid_host_name(name), where, ": '", printable(name),
+             "' is not a host name or IP address (letters, digits, '-', '_' and '.', not starting with '-'; or an "
+             "IPv6 literal)");
     Host h{name, to_int(slots.substr(6), where + ": slots")};
     ZR_CHECK(h.slots > 0, where, ": slots must be positive");
     for (auto& o : hosts) ZR_CHECK(o.name != h.name, where, ": host '", h.name, "' is listed twice");
@@ -147,6 +188,8 @@ std::vector<std::string> build_command(const LaunchRequest& r, const std::vector
     for (int s : x.slots) ids += (ids.empty() ? "" : "+") + std::to_string(s);
     slotmap += (slotmap.empty() ? "" : ";") + x.host + "=" + ids;
   }
+  ZR_CHECK(r.master_addr.empty() || valid_host_name(r.master_addr), "--master_addr '", printable(r.master_addr),
+           "' is not a host name or IP address");
   const bool local_only = p.size() == 1 && r.hosts.empty();
   int threads = std::max(1, r.local_cores / std::max(1, static_cast<int>(p.front().slots.size())));
   std::vector<std::pair<std::string, std::string>> env = {
@@ -184,6 +227,24 @@ std::vector<std::string> build_command(const LaunchRequest& r, const std::vector
   while (extra >> w) a.push_back(w);
   a.insert(a.end(), rank_cmd.begin(), rank_cmd.end());
   return a;
+}
+
+std::string shell_quote(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const std::string& w : argv) {
+    if (!out.empty()) out += ' ';
+    const bool plain = !w.empty() && w.find_first_not_of(
+                                         "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                         "0123456789_@%+=:,./-") == std::string::npos;
+    if (plain) {
+      out += w;
+      continue;
+    }
+    out += '\'';
+    for (char c : w) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    out += '\'';
+  }
+  return out;
 }
 
 }  // namespace zerorun::launch

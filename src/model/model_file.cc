@@ -1,6 +1,8 @@
 // Reading and writing model.bin (safetensors + graph metadata), with every
 // fault reported against the file.
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "zerorun/fsutil.h"
 #include "zerorun/model.h"
@@ -58,6 +60,28 @@ void finalize_model(Model& m) {
   m.graph_hash = graph_hash(m.graph);
 }
 
+// A NaN or Inf weight is a damaged file (or a diverged run's output): an error naming the tensor, before a run
+// blames the learning rate.
+static void check_finite(const std::string& path, const std::string& name, const Tensor& t) {
+  const int64_t n = t.numel();
+  const bool f32 = t.dtype() == DType::F32;
+  if (!f32 && t.dtype() != DType::BF16 && t.dtype() != DType::F16) return;
+  // 16-bit: an all-ones exponent is Inf or NaN.
+  const uint16_t mask = t.dtype() == DType::BF16 ? 0x7f80 : 0x7c00;
+  for (int64_t i = 0; i < n; ++i) {
+    bool ok;
+    if (f32) {
+      ok = std::isfinite(static_cast<const float*>(t.raw())[i]);
+    } else {
+      uint16_t b;
+      std::memcpy(&b, static_cast<const char*>(t.raw()) + 2 * i, 2);
+      ok = (b & mask) != mask;
+    }
+    ZR_CHECK(ok, path, ": tensor '", name, "' holds a non-finite value (NaN or Inf) at element ", i,
+             ": the weights are damaged or come from a run that diverged");
+  }
+}
+
 Model load_model(const std::string& path) {
   SafetensorsFile f = read_safetensors_header(path);
   auto fmt = f.metadata.find("format");
@@ -77,14 +101,20 @@ Model load_model(const std::string& path) {
   } catch (const Error& e) {
     throw e.with_context(path);
   }
-  for (auto& e : f.entries) m.tensors[e.name] = read_safetensors_f32(f, e);
+  for (auto& e : f.entries) {
+    m.tensors[e.name] = read_safetensors_f32(f, e);
+    check_finite(path, e.name, m.tensors[e.name]);
+  }
   ZR_WITH_CONTEXT(path, finalize_model(m));
   return m;
 }
 
 void save_model(const std::string& path, const Model& m) {
   std::vector<SafetensorsWriteItem> items;
-  for (auto& name : m.tensor_names) items.push_back({name, m.tensors.at(name)});
+  for (auto& name : m.tensor_names) {
+    check_finite(path, name, m.tensors.at(name));  // init, import and merge never write one
+    items.push_back({name, m.tensors.at(name)});
+  }
   write_safetensors(path, items, {{"format", "zerorun.model"}, {"version", "1"}, {"graph", m.graph.to_json().dump()}});
 }
 

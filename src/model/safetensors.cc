@@ -26,6 +26,7 @@ const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
 SafetensorsFile read_safetensors_header(const std::string& path) {
   SafetensorsFile f;
   f.path = path;
+  regular_file_size(path);  // a directory, FIFO or device (a symlink to /dev/zero) is an error naming it
   std::ifstream in(path, std::ios::binary);
   ZR_CHECK(in, path, ": cannot open file");
   in.seekg(0, std::ios::end);

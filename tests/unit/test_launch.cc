@@ -1,4 +1,5 @@
 // Launcher: hostfile parsing, include/exclude, placement, launcher argv.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "zerorun/launch.h"
@@ -108,4 +109,33 @@ TEST_CASE("launcher argv for openmpi, mpich, slurm", "[launch]") {
   s = join(build_command(local, place(local), cmd));
   REQUIRE_THAT(s, Catch::StartsWith("mpirun --oversubscribe -np 4 --bind-to none -x OMP_NUM_THREADS=1"));
   REQUIRE_THAT(s, !Catch::Contains("--host"));
+}
+
+TEST_CASE("host names: host names and IP literals only, anything else names the hostfile line", "[launch]") {
+  for (const char* ok : {"worker-0", "node_3.cluster.local", "10.0.0.7", "fe80::1", "::1", "a", "x1-y2.z"})
+    CHECK(valid_host_name(ok));
+  for (const char* no : {"", "-oProxyCommand=x", "a;b", "$(x)", "`x`", "a|b", "a b", "a..b", "a-", "x-.y", ".a", "a/b",
+                         "fe80::zz", "a\x01", "evil\xe2\x80\xae"})
+    CHECK(!valid_host_name(no));
+  CHECK(!valid_host_name(std::string(64, 'a')));  // a label of 64
+  CHECK_THROWS_WITH(parse_hostfile("ok slots=1\n-oProxyCommand=x slots=1\n", "hf"),
+                    Catch::Contains("hf:2: '-oProxyCommand=x' is not a host name or IP address"));
+  // Control and bidi characters are shown escaped, so the message itself is plain text.
+  CHECK_THROWS_WITH(parse_hostfile("evil\xe2\x80\xaename slots=1\n", "hf"),
+                    Catch::Contains("hf:1: 'evil\\xE2\\x80\\xAEname'"));
+  LaunchRequest r = two_hosts();
+  r.master_addr = "$(reboot)";
+  CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun", "train"}), Catch::Contains("--master_addr"));
+}
+
+TEST_CASE("--dry_run's rendering is shell-quoted; the argv stays an array", "[launch]") {
+  CHECK(shell_quote({"mpirun", "-np", "2", "-x", "ZERORUN_SLOTS=worker-0=0+1;worker-1=0+1"}) ==
+        "mpirun -np 2 -x 'ZERORUN_SLOTS=worker-0=0+1;worker-1=0+1'");
+  CHECK(shell_quote({"a b", "it's", "", "$HOME", "`x`", "plain/path.json"}) ==
+        "'a b' 'it'\\''s' '' '$HOME' '`x`' plain/path.json");
+  LaunchRequest r = two_hosts();
+  auto argv = build_command(r, place(r), {"zerorun", "train", "--config", "my cfg.json"});
+  CHECK(std::find(argv.begin(), argv.end(), "my cfg.json") != argv.end());  // one element, unsplit
+  CHECK_THAT(shell_quote(argv), Catch::Contains("'ZERORUN_SLOTS=worker-0=0+1+2+3;worker-1=0+1+2+3'") &&
+                                    Catch::Contains("--config 'my cfg.json'"));
 }
