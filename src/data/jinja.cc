@@ -579,7 +579,7 @@ class Parser {
     for (;;) {
       const Tok& tk = peek();
       if (tk.t == T::End) {
-        if (!ends.empty()) fail("missing {% " + ends[0] + " %}");
+        if (!ends.empty()) fail("missing {% " + ends.back() + " %}");
         return b;
       }
       if (tk.t == T::Text) {
