@@ -151,7 +151,12 @@ def load(p):
     b = open(p, "rb").read(); (n,) = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n]); m = h.pop("__metadata__", {})
     return {k: b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]] for k, v in h.items()}, m
 a, ma = load(sys.argv[1]); b, mb = load(sys.argv[2])
-sys.exit(0 if a == b and ma["graph"] == mb["graph"] else 1)
+def graph(m):  # what import keeps of the directory for merge (its config.json, generation config, tokenizer) aside
+    g = json.loads(m["graph"])
+    for k in ("hf_config", "hf_generation_config", "hf_tokenizer"):
+        g.pop(k, None)
+    return g
+sys.exit(0 if a == b and graph(ma) == graph(mb) else 1)
 PY
 }
 "$ZR" merge S.good MH >/dev/null 2>&1
@@ -164,8 +169,11 @@ if "$ZR" import MH16 -o imp16.bin >/dev/null 2>&1 && [[ "$(wdiff imp16.bin MH/mo
   ok "import of a bf16 checkpoint: weights within bf16 rounding, trains"
 else bad "bf16 import"; fi
 expect_fail "import: no config.json" "has no config.json" "$ZR" import S.good -o x.bin
-mkdir -p HL && cp MH/model.safetensors HL/ && sed 's/"gpt2"/"mistral"/' MH/config.json >HL/config.json
-expect_fail "import: another model_type" 'model_type must be "gpt2" or "llama"' "$ZR" import HL -o x.bin
+mkdir -p HL && cp MH/model.safetensors HL/ && sed 's/"gpt2"/"bert"/' MH/config.json >HL/config.json
+expect_fail "import: another model_type" 'model_type "bert" is not one zerorun imports' "$ZR" import HL -o x.bin
+mkdir -p HM && cp MH/model.safetensors HM/ && sed 's/"gpt2"/"mistral"/' MH/config.json >HM/config.json
+expect_fail "import: a GPT-2 labelled mistral" "HM/config.json: 'hidden_size' must be a positive integer" \
+  "$ZR" import HM -o x.bin
 mkdir -p HP && cp MH/config.json HP/ && touch HP/pytorch_model.bin
 expect_fail "import: pickle only" "only pytorch_model.bin" "$ZR" import HP -o x.bin
 mkdir -p HN && cp MH/model.safetensors HN/ && sed 's/"n_layer": [0-9]*/"n_layer": 9/' MH/config.json >HN/config.json
@@ -218,10 +226,17 @@ llama_cfg() {  # DIR PYTHON-EXPR: ML's weights with config.json edited by the ex
   mkdir -p "$1" && cp ML/model.safetensors "$1/" &&
     "$PY" -c "import json,sys; c=json.load(open('ML/config.json')); $2; json.dump(c, open('$1/config.json','w'))"
 }
-llama_cfg LS 'c["rope_scaling"] = {"rope_type": "linear", "factor": 2.0}'
-expect_fail "import llama: scaled rotary embedding" 'rope_scaling rope_type "linear" is not supported' "$ZR" import LS -o x.bin
+llama_cfg LS 'c["rope_scaling"] = {"rope_type": "longrope", "short_factor": [1.0] * 8, "long_factor": [1.0] * 8}'
+expect_fail "import llama: a rope type zerorun does not compute" 'rope_scaling.rope_type "longrope" is not supported' \
+  "$ZR" import LS -o x.bin
+llama_cfg LS2 'c["rope_scaling"] = {"rope_type": "linear", "factor": 2.0, "beta_fast": 3}'
+expect_fail "import llama: a rope setting of another type" "rope_scaling.beta_fast is not a setting of rope_type linear" \
+  "$ZR" import LS2 -o x.bin
 llama_cfg LB 'c["attention_bias"] = True'
-expect_fail "import llama: biases" "attention_bias = true is not supported" "$ZR" import LB -o x.bin
+expect_fail "import llama: biases the checkpoint lacks" "has no tensor 'model.layers.0.self_attn.q_proj.bias'" \
+  "$ZR" import LB -o x.bin
+llama_cfg LD 'c["attention_dropout"] = 0.1'
+expect_fail "import llama: dropout" "'attention_dropout' = 0.1 asks for dropout" "$ZR" import LD -o x.bin
 llama_cfg LK 'c["num_key_value_heads"] = 4'
 expect_fail "import llama: more key/value heads than the file has" "k_proj.weight' has shape [32, 64], expected [64, 64]" \
   "$ZR" import LK -o x.bin
@@ -229,7 +244,8 @@ llama_cfg LK3 'c["num_key_value_heads"] = 3'
 expect_fail "import llama: key/value heads not dividing the heads" "config.json: num_key_value_heads 3 must divide num_attention_heads 4" \
   "$ZR" import LK3 -o x.bin
 llama_cfg LH 'c["head_dim"] = 32'
-expect_fail "import llama: another head_dim" "head_dim 32 is not supported" "$ZR" import LH -o x.bin
+expect_fail "import llama: another head_dim than the weights" "q_proj.weight' has shape [64, 64], expected [128, 64]" \
+  "$ZR" import LH -o x.bin
 llama_cfg LA 'c["hidden_act"] = "gelu"'
 expect_fail "import llama: another activation" 'hidden_act "gelu" is not supported' "$ZR" import LA -o x.bin
 
