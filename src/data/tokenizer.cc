@@ -115,6 +115,11 @@ struct Pattern {
         out.push_back({i, i + literal.size()});
       return out;
     }
+    return find_regex(*regex, s);
+  }
+  // Byte spans of the matches of `re` in s.
+  static std::vector<std::pair<size_t, size_t>> find_regex(const Regex& re, std::string_view s) {
+    std::vector<std::pair<size_t, size_t>> out;
     std::vector<uint32_t> cps;
     std::vector<size_t> off;
     cps.reserve(s.size());
@@ -124,7 +129,7 @@ struct Pattern {
       cps.push_back(next_cp(s, i));
     }
     off.push_back(s.size());
-    for (auto [a, b] : regex->find_all(cps)) out.push_back({off[a], off[b]});
+    for (auto [a, b] : re.find_all(cps)) out.push_back({off[a], off[b]});
     return out;
   }
 };
@@ -318,10 +323,8 @@ struct PreByteLevel : PreTokenizer {
       out.push_back(std::move(o));
     };
     if (!use_regex) return emit(s);
-    Pattern p;
-    p.regex = regex;
     Pieces tmp;
-    split_by(s, p.find(s), false, Behavior::Isolated, tmp);
+    split_by(s, Pattern::find_regex(*regex, s), false, Behavior::Isolated, tmp);
     for (auto& t : tmp) emit(t);
   }
 };
@@ -344,9 +347,7 @@ struct PreMetaspace : PreTokenizer {
 struct PreRegexKeep : PreTokenizer {  // Whitespace / WhitespaceSplit: only the regex's matches are kept
   std::shared_ptr<Regex> regex;
   void split(std::string_view s, size_t, Pieces& out) const override {
-    Pattern p;
-    p.regex = regex;
-    split_by(s, p.find(s), true, Behavior::Removed, out);
+    split_by(s, Pattern::find_regex(*regex, s), true, Behavior::Removed, out);
   }
 };
 struct PreDigits : PreTokenizer {
