@@ -48,6 +48,9 @@ struct TokenShard {
 // Reads an llm.c shard or a zerorun shard (errors name the file and what is wrong).
 TokenShard read_token_shard(const std::string& path);
 void write_zerorun_shard(const std::string& path, const TokenShard& shard);
+// Every shard of `spec` (glob patterns, comma separated; llm.c or zerorun) concatenated in order: document starts
+// offset into the whole, the loss mask filled with 1 for shards without one (empty if no shard has one).
+TokenShard load_token_shards(const std::string& spec, std::vector<std::string>* files = nullptr);
 
 // `zerorun prepare`: text files and JSONL ({"text"}, {"messages": [{role, content}]}, {"prompt", "completion"})
 // to token shards, tokenized with a transformers tokenizer.json, chat rendered with the model's template.

@@ -1,7 +1,11 @@
 // Token shards: llm.c's (uint16 tokens) and zerorun's (uint16/uint32 tokens, loss mask, document starts); the
 // layout is documented in zerorun/data.h.
+#include <glob.h>
+
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "zerorun/data.h"
 #include "zerorun/error.h"
@@ -76,6 +80,42 @@ TokenShard read_token_shard(const std::string& path) {
       ZR_CHECK(s.tokens[i] < static_cast<uint64_t>(s.vocab_size), path, ": token ", s.tokens[i], " at index ", i,
                " is outside the vocabulary size ", s.vocab_size, " in the header");
   return s;
+}
+
+TokenShard load_token_shards(const std::string& spec, std::vector<std::string>* files) {
+  std::vector<std::string> list;
+  std::stringstream ss(spec);
+  for (std::string part; std::getline(ss, part, ',');) {
+    if (part.empty()) continue;
+    glob_t g{};
+    const int rc = ::glob(part.c_str(), 0, nullptr, &g);
+    if (rc == 0)
+      for (size_t i = 0; i < g.gl_pathc; ++i) list.push_back(g.gl_pathv[i]);
+    globfree(&g);
+    ZR_CHECK(rc == 0, "data: no file matches '", part, "'");
+  }
+  ZR_CHECK(!list.empty(), "data: no files given");
+  TokenShard all;
+  all.doc_starts.push_back(0);
+  bool any_mask = false;
+  for (const std::string& f : list) {
+    TokenShard s = read_token_shard(f);
+    const int64_t base = static_cast<int64_t>(all.tokens.size());
+    if (!s.loss_mask.empty() && !any_mask) {
+      all.loss_mask.assign(all.tokens.size(), 1);
+      any_mask = true;
+    }
+    if (any_mask) {
+      if (s.loss_mask.empty()) s.loss_mask.assign(s.tokens.size(), 1);
+      all.loss_mask.insert(all.loss_mask.end(), s.loss_mask.begin(), s.loss_mask.end());
+    }
+    all.tokens.insert(all.tokens.end(), s.tokens.begin(), s.tokens.end());
+    if (s.doc_starts.empty()) s.doc_starts = {0, static_cast<int64_t>(s.tokens.size())};
+    for (size_t d = 1; d < s.doc_starts.size(); ++d) all.doc_starts.push_back(base + s.doc_starts[d]);
+    all.vocab_size = std::max(all.vocab_size, s.vocab_size);
+  }
+  if (files) *files = list;
+  return all;
 }
 
 void write_zerorun_shard(const std::string& path, const TokenShard& s) {

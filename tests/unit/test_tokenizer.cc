@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
-#include <random>
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "src/data/regex.h"
 #include "src/data/unicode.h"
@@ -231,6 +231,14 @@ TEST_CASE("zerorun shards: round trip, llm.c still read, corrupt files named", "
   }
   CHECK_THAT(error_of([&] { read_token_shard(path); }),
              Contains(path + ": header says 5 tokens of 4 bytes with a loss mask"));
+  write_zerorun_shard(path, s);
+  const std::string path2 = path + ".llmc.bin";
+  write_token_shard(path2, {7, 8});
+  const TokenShard both = load_token_shards(path + "," + path2);  // documents and mask offset into the whole
+  CHECK(both.tokens == std::vector<uint32_t>{1, 70000, 3, 4, 5, 7, 8});
+  CHECK(both.loss_mask == std::vector<uint8_t>{0, 1, 1, 0, 1, 1, 1});
+  CHECK(both.doc_starts == std::vector<int64_t>{0, 3, 5, 7});
+  std::remove(path2.c_str());
   write_token_shard(path, {7, 8, 9});  // llm.c
   const TokenShard l = read_token_shard(path);
   CHECK(l.tokens == std::vector<uint32_t>{7, 8, 9});
