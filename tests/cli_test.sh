@@ -98,7 +98,7 @@ if [[ -n "$first" && -n "$last" ]] && awk -v a="$first" -v b="$last" 'BEGIN{exit
 
 # Bad input.
 echo '{"train_batch_size": 8,
-  "zero_optimization": {"stage": 2,}
+  "zero_optimization": {"stage": 2,,}
 }' >syntax.json
 expect_fail "JSON syntax error names file:line:col" "syntax.json:2:36" "$ZR" --config syntax.json mlp.bin --steps 1
 echo '{"train_batch_size": 8, "zero_optimization": {"stgae": 2}}' >typo.json

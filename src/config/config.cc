@@ -577,7 +577,7 @@ Config parse_config(const json& j, const std::string& source) {
     c.gradient_clipping = r.num("gradient_clipping", 0.0);
   }
   ZR_CHECK(c.gradient_clipping >= 0, source, ": 'gradient_clipping' must be >= 0");
-  c.steps_per_print = r.integer("steps_per_print", 10);
+  c.steps_per_print = r.integer_auto("steps_per_print", 10, "DeepSpeed's default");
   ZR_CHECK(c.steps_per_print > 0, source, ": 'steps_per_print' must be positive");
   c.wall_clock_breakdown = r.boolean_auto("wall_clock_breakdown", false, "DeepSpeed's default");
   if (c.wall_clock_breakdown)

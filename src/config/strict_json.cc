@@ -39,12 +39,13 @@ class Parser {
  private:
   [[noreturn]] void fail(const std::string& msg, size_t at = std::string::npos) {
     if (at == std::string::npos) at = p_;
+    // Columns count characters (a UTF-8 sequence is one; a leading byte order mark is none).
     size_t line = 1, col = 1;
-    for (size_t i = 0; i < at && i < t_.size(); ++i) {
+    for (size_t i = t_.compare(0, 3, "\xef\xbb\xbf") == 0 && at >= 3 ? 3 : 0; i < at && i < t_.size(); ++i) {
       if (t_[i] == '\n') {
         ++line;
         col = 1;
-      } else {
+      } else if ((static_cast<unsigned char>(t_[i]) & 0xc0) != 0x80) {
         ++col;
       }
     }

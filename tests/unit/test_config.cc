@@ -421,3 +421,10 @@ TEST_CASE("every \"auto\" is resolved and noted with the value and why", "[confi
   CHECK_THAT(sgd.warnings[0], Catch::Contains("cycle_momentum is off with SGD"));
   CHECK(!LrSchedule(sgd.scheduler, sgd.optimizer, 10).at(3).beta1);
 }
+
+TEST_CASE("hjson errors count columns in characters, after a BOM", "[config]") {
+  CHECK_THAT(error_of([] { parse_config_text("\xef\xbb\xbf{\"\xc3\xa9\": 1, \"\xc3\xa9\": 2}", "c.json"); }),
+             Catch::Contains("c.json:1:10: duplicate key"));
+  CHECK_THAT(error_of([] { parse_json_strict("{\"\xc3\xa9\": 1 2}", "c.json"); }),
+             Catch::Contains("c.json:1:9: expected '}' but found '2'"));
+}
