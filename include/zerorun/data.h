@@ -52,6 +52,14 @@ void write_zerorun_shard(const std::string& path, const TokenShard& shard);
 // offset into the whole, the loss mask filled with 1 for shards without one (empty if no shard has one).
 TokenShard load_token_shards(const std::string& spec, std::vector<std::string>* files = nullptr);
 
+// Windows of seq_len tokens over load_token_shards(spec), as the token-file source cuts them, with what the
+// loss mask and document boundaries need (not yet chosen by make_data_source: the loss and attention ops must
+// honour them first): "tokens" and "targets" [B, T] i32 with targets = ignore_index where the target token's mask
+// is 0 or it starts a document, and "positions" [B, T] i32, each token's position in its document (0 where a document
+// starts: the boundaries for per-document attention).
+std::unique_ptr<DataSource> make_masked_token_source(const std::string& spec, int64_t seq_len, int64_t vocab,
+                                                     int32_t ignore_index = -100);
+
 // `zerorun prepare`: text files and JSONL ({"text"}, {"messages": [{role, content}]}, {"prompt", "completion"})
 // to token shards, tokenized with a transformers tokenizer.json, chat rendered with the model's template.
 struct PrepareOptions {

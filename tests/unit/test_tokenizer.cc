@@ -238,6 +238,14 @@ TEST_CASE("zerorun shards: round trip, llm.c still read, corrupt files named", "
   CHECK(both.tokens == std::vector<uint32_t>{1, 70000, 3, 4, 5, 7, 8});
   CHECK(both.loss_mask == std::vector<uint8_t>{0, 1, 1, 0, 1, 1, 1});
   CHECK(both.doc_starts == std::vector<int64_t>{0, 3, 5, 7});
+  {  // windows of 3: targets ignored where the mask is 0, positions restart at each document
+    auto src = make_masked_token_source(path + "," + path2, 3, 80000);
+    auto b = src->batch(0, 2);
+    auto v = [](const Tensor& t) { return std::vector<int32_t>(t.i32(), t.i32() + t.numel()); };
+    CHECK(v(b.at("tokens")) == std::vector<int32_t>{1, 70000, 3, 4, 5, 7});
+    CHECK(v(b.at("targets")) == std::vector<int32_t>{70000, 3, -100, 5, -100, 8});
+    CHECK(v(b.at("positions")) == std::vector<int32_t>{0, 1, 2, 0, 1, 0});
+  }
   std::remove(path2.c_str());
   write_token_shard(path, {7, 8, 9});  // llm.c
   const TokenShard l = read_token_shard(path);
