@@ -171,6 +171,13 @@ else bad "bf16 import"; fi
 expect_fail "import: no config.json" "has no config.json" "$ZR" import S.good -o x.bin
 mkdir -p HL && cp MH/model.safetensors HL/ && sed 's/"gpt2"/"bert"/' MH/config.json >HL/config.json
 expect_fail "import: another model_type" 'model_type "bert" is not one zerorun imports' "$ZR" import HL -o x.bin
+mkdir -p HD && cp MH/model.safetensors HD/ &&
+  "$PY" -c "import json; c=json.load(open('MH/config.json')); c.update(attn_pdrop=0.1, resid_pdrop=0.1, embd_pdrop=0.1); json.dump(c, open('HD/config.json','w'))"
+expect_fail "import gpt2: dropout 0.1 (as published) is not dropped silently" "'attn_pdrop' = 0.1 asks for dropout" \
+  "$ZR" import HD -o x.bin
+if "$ZR" import HD -o hd.bin --no_dropout 2>&1 | grep -q "note: --no_dropout: trains without the resid_pdrop of 0.1"; then
+  ok "import gpt2 --no_dropout: trains without dropout and says so"
+else bad "import --no_dropout"; fi
 mkdir -p HM && cp MH/model.safetensors HM/ && sed 's/"gpt2"/"mistral"/' MH/config.json >HM/config.json
 expect_fail "import: a GPT-2 labelled mistral" "HM/config.json: 'hidden_size' must be a positive integer" \
   "$ZR" import HM -o x.bin

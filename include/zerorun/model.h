@@ -75,14 +75,15 @@ Model build_mlp(const MlpSpec& s, uint64_t seed);
 Model build_gpt2(const Gpt2Spec& s, uint64_t seed);
 // A transformers GPT-2 checkpoint directory (config.json + model.safetensors or its sharded index) as a zerorun
 // gpt2 model (src/model/hf_import.cc); `notes` receives what was left out (tensors that are not weights).
-Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes = nullptr);
+Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes = nullptr, bool no_dropout = false);
 Model build_llama(const LlamaSpec& s, uint64_t seed);
 // A transformers Llama checkpoint directory (model_type "llama") as a zerorun llama model: "model." names dropped,
 // q_proj/k_proj/v_proj stacked into self_attn.qkv_proj; unsupported config (rope_scaling, biases, head_dim other
 // than hidden_size / num_attention_heads, activation) is an error naming the key.
-Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes = nullptr);
-// A transformers checkpoint directory of either architecture, by config.json's model_type.
-Model import_hf(const std::string& dir, std::vector<std::string>* notes = nullptr);
+Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes = nullptr, bool no_dropout = false);
+// A transformers checkpoint directory of any architecture of hf_arch.h or gpt2, by config.json's model_type.
+// Dropout above 0 in its config is an error unless no_dropout (the user's --no_dropout: trains without it).
+Model import_hf(const std::string& dir, std::vector<std::string>* notes = nullptr, bool no_dropout = false);
 // Whether a zerorun llama graph is the transformers-compatible one (rotary positions, no learned position table;
 // models written before rotary embeddings existed are not).
 bool llama_is_hf_compatible(const Graph& g);

@@ -41,13 +41,6 @@ struct Cfg {
     ZR_CHECK(j[k].is_string(), path, ": '", k, "' must be a string, got ", j[k].dump());
     return j[k].get<std::string>();
   }
-  // A dropout probability: zerorun trains without dropout, so only 0 is computed as transformers would.
-  void no_dropout(const char* k) const {
-    const double p = number(k, 0.0);
-    ZR_CHECK(p == 0.0, path, ": '", k, "' = ", p,
-             " asks for dropout in training, which zerorun does not apply yet: set it to 0.0 in config.json to "
-             "fine-tune without dropout (most current checkpoints ship 0.0)");
-  }
 };
 
 // Keys that change nothing zerorun computes: token ids, inference and bookkeeping settings.
@@ -184,13 +177,26 @@ std::vector<bool> read_layer_types(const Cfg& c, int64_t L, const std::function<
 }
 }  // namespace
 
+void hf_check_dropout(const json& config, const std::string& path, const char* key, bool no_dropout,
+                      std::vector<std::string>* notes) {
+  const double p = Cfg{config, path}.number(key, 0.0);
+  if (p == 0.0) return;
+  ZR_CHECK(p > 0 && p < 1, path, ": '", key, "' must be a probability in [0, 1), got ", p);
+  ZR_CHECK(no_dropout, path, ": '", key, "' = ", p,
+           " asks for dropout in training, which zerorun does not apply yet: import with --no_dropout to fine-tune "
+           "without it (merge then writes 0.0), or set it to 0.0 in config.json");
+  if (notes)
+    notes->push_back(std::string("--no_dropout: trains without the ") + key + " of " + std::to_string(p) +
+                     " that config.json asks for");
+}
+
 bool hf_decoder_type(const std::string& t) {
   static const std::set<std::string> k = {"llama", "mistral", "qwen2",  "qwen3",  "phi3",
                                           "olmo2", "gemma",   "gemma2", "gemma3", "gemma3_text"};
   return k.count(t) > 0;
 }
 
-LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector<std::string>* notes) {
+LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector<std::string>* notes, bool no_dropout) {
   const std::string outer = full.value("model_type", std::string());
   ZR_CHECK(hf_decoder_type(outer), path, ": model_type ", json(outer).dump(), " is not a decoder zerorun imports");
   // Gemma 3 multimodal checkpoints nest the language model's config in text_config.
@@ -245,9 +251,8 @@ LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector
   ZR_CHECK(c.number("pretraining_tp", 1) == 1, path, ": pretraining_tp ", c.number("pretraining_tp", 1),
            " is not supported (1: the plain projections)");
   ZR_CHECK(!c.has("clip_qkv"), path, ": clip_qkv is not supported (zerorun does not clamp q/k/v)");
-  c.no_dropout("attention_dropout");
-  c.no_dropout("resid_pdrop");
-  c.no_dropout("embd_pdrop");
+  for (const char* k : {"attention_dropout", "resid_pdrop", "embd_pdrop"})
+    hf_check_dropout(j, path, k, no_dropout, notes);
   ZR_CHECK(c.number("partial_rotary_factor", 1.0) == 1.0, path, ": partial_rotary_factor ",
            c.number("partial_rotary_factor", 1.0), " is not supported (zerorun rotates the whole head)");
   // Norm placement and q/k norms.

@@ -155,7 +155,8 @@ void keep_hf_files(Model& m, const std::string& dir) {
 }
 
 // The architectures' imports from config.json already read (cfg, from cfg_path).
-Model gpt2_from(const std::string& dir, const std::string& cfg_path, const json& cfg, std::vector<std::string>* notes) {
+Model gpt2_from(const std::string& dir, const std::string& cfg_path, const json& cfg, std::vector<std::string>* notes,
+                bool no_dropout) {
   ZR_CHECK(cfg.value("model_type", json()) == "gpt2", cfg_path, ": model_type must be \"gpt2\", got ",
            cfg.value("model_type", json()).dump());
   Gpt2Spec s;
@@ -176,6 +177,9 @@ Model gpt2_from(const std::string& dir, const std::string& cfg_path, const json&
     ZR_CHECK(cfg.value(k, json(false)) == json(false), cfg_path, ": ", k, " = true is not supported");
   ZR_CHECK(cfg.value("scale_attn_weights", json(true)) == json(true), cfg_path,
            ": scale_attn_weights = false is not supported");
+  // GPT-2's dropouts (0.1 in every published config.json): an error unless the user asked to train without them.
+  for (const char* k : {"attn_pdrop", "resid_pdrop", "embd_pdrop"})
+    hf_check_dropout(cfg, cfg_path, k, no_dropout, notes);
   const double eps = cfg_eps(cfg, cfg_path, "layer_norm_epsilon", 1e-5);
   Model m = build_gpt2(s, 0);
   for (auto& n : m.graph.nodes)
@@ -187,8 +191,11 @@ Model gpt2_from(const std::string& dir, const std::string& cfg_path, const json&
 
 // Any decoder model_type of hf_arch.h (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, gemma3).
 Model decoder_from(const std::string& dir, const std::string& cfg_path, const json& cfg,
-                   std::vector<std::string>* notes) {
-  LlamaSpec s = hf_decoder_spec(cfg, cfg_path, notes);
+                   std::vector<std::string>* notes, bool no_dropout) {
+  LlamaSpec s = hf_decoder_spec(cfg, cfg_path, notes, no_dropout);
+  if (no_dropout)  // merge writes the probabilities zerorun trained with
+    for (const char* k : {"attention_dropout", "resid_pdrop", "embd_pdrop"})
+      if (s.hf_config.contains(k)) s.hf_config[k] = 0.0;
   Model m = build_llama(s, 0);
   keep_hf_files(m, dir);
   load_hf_weights(
@@ -201,25 +208,26 @@ Model decoder_from(const std::string& dir, const std::string& cfg_path, const js
 std::string config_path(const std::string& dir) { return (std::filesystem::path(dir) / "config.json").string(); }
 }  // namespace
 
-Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes) {
+Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes, bool no_dropout) {
   const std::string cfg_path = config_path(dir);
-  return gpt2_from(dir, cfg_path, read_config(dir, cfg_path), notes);
+  return gpt2_from(dir, cfg_path, read_config(dir, cfg_path), notes, no_dropout);
 }
 
-Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes) {
+Model import_hf_llama(const std::string& dir, std::vector<std::string>* notes, bool no_dropout) {
   const std::string cfg_path = config_path(dir);
   const json cfg = read_config(dir, cfg_path);
   ZR_CHECK(cfg.value("model_type", json()) == "llama", cfg_path, ": model_type must be \"llama\", got ",
            cfg.value("model_type", json()).dump());
-  return decoder_from(dir, cfg_path, cfg, notes);
+  return decoder_from(dir, cfg_path, cfg, notes, no_dropout);
 }
 
-Model import_hf(const std::string& dir, std::vector<std::string>* notes) {
+Model import_hf(const std::string& dir, std::vector<std::string>* notes, bool no_dropout) {
   const std::string cfg_path = config_path(dir);
   const json cfg = read_config(dir, cfg_path);
   const json type = cfg.value("model_type", json());
-  if (type == "gpt2") return gpt2_from(dir, cfg_path, cfg, notes);
-  if (type.is_string() && hf_decoder_type(type.get<std::string>())) return decoder_from(dir, cfg_path, cfg, notes);
+  if (type == "gpt2") return gpt2_from(dir, cfg_path, cfg, notes, no_dropout);
+  if (type.is_string() && hf_decoder_type(type.get<std::string>()))
+    return decoder_from(dir, cfg_path, cfg, notes, no_dropout);
   ZR_FAIL(cfg_path, ": model_type ", type.dump(),
           " is not one zerorun imports (gpt2, llama, mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, gemma3, "
           "gemma3_text)");
