@@ -210,6 +210,10 @@ int main(int argc, char** argv) {
       "import", "write a model.bin from a transformers GPT-2 or Llama checkpoint (config.json + model.safetensors)");
   import_cmd->add_option("dir", import_dir, "checkpoint directory (e.g. what save_pretrained wrote)")->required();
   import_cmd->add_option("-o,--out", import_out, "output path");
+  bool no_dropout = false;
+  import_cmd->add_flag("--no_dropout", no_dropout,
+                       "train without the dropout config.json asks for (GPT-2's 0.1): zerorun does not apply dropout "
+                       "yet, and without this flag such a config is an error");
   auto* init_cmd = app.add_subcommand("init", "write a model.bin with fresh weights");
   std::string from_config;
   init_cmd->add_option("--arch", arch, "mlp | gpt2 | llama");
@@ -339,7 +343,7 @@ int main(int argc, char** argv) {
     }
     if (*import_cmd) {
       std::vector<std::string> notes;
-      Model m = import_hf(import_dir, &notes);
+      Model m = import_hf(import_dir, &notes, no_dropout);
       for (auto& n : notes) std::printf("note: %s\n", n.c_str());
       save_model(import_out, m);
       std::printf("wrote %s: %s from %s, %lld parameters in %zu tensors, graph %s\n", import_out.c_str(),
