@@ -715,6 +715,10 @@ class Parser {
     return s;
   }
 
+  int64_t int_literal(const std::string& s) const {
+    if (s.size() > 18) fail("integer literal " + s + " is too large");
+    return std::stoll(s);
+  }
   ExprP node(Expr::K k, int line) {
     auto e = std::make_unique<Expr>();
     e->k = k;
@@ -865,7 +869,7 @@ class Parser {
           n->k = Expr::Index;
           n->kids.push_back(std::move(a));
           auto l = node(Expr::Lit, peek().line);
-          l->lit = Value::integer(std::stoll(t_[p_++].s));
+          l->lit = Value::integer(int_literal(t_[p_++].s));
           n->kids.push_back(std::move(l));
         } else {
           n->name = expect_name();
@@ -959,9 +963,9 @@ class Parser {
         return n;
       }
       case T::Int:
-        return lit(Value::integer(std::stoll(tk.s)));
+        return lit(Value::integer(int_literal(tk.s)));
       case T::Float:
-        return lit(Value::real(std::stod(tk.s)));
+        return lit(Value::real(std::strtod(tk.s.c_str(), nullptr)));
       case T::Name:
         if (tk.s == "true" || tk.s == "True") return lit(Value::boolean(true));
         if (tk.s == "false" || tk.s == "False") return lit(Value::boolean(false));
@@ -1506,6 +1510,9 @@ class Renderer {
     }
     if (op == "*" && ((a.k == Value::Str && b.k == Value::Int) || (a.k == Value::Int && b.k == Value::Str))) {
       const std::string& s = a.k == Value::Str ? a.s : b.s;
+      const int64_t times = a.k == Value::Int ? a.i : b.i;
+      if (times > 0 && s.size() * static_cast<uint64_t>(times) > (1u << 30))
+        fail(line, "string repetition of more than 1 GiB");
       std::string o;
       for (int64_t i = 0; i < (a.k == Value::Int ? a.i : b.i); ++i) o += s;
       return Value::str(o);
@@ -1745,6 +1752,7 @@ class Renderer {
         if (args.size() >= 2) a = args[0].i, b = args[1].i;
         if (args.size() >= 3) st = args[2].i;
         if (st == 0) fail(e.line, "range() step cannot be zero");
+        if ((b - a) / st > 10000000) fail(e.line, "range() of more than 10000000 numbers");
         Value l = Value::list();
         for (int64_t i = a; st > 0 ? i < b : i > b; i += st) l.arr->push_back(Value::integer(i));
         return l;
