@@ -31,7 +31,7 @@ except ImportError as e:  # pragma: no cover
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_oracle import compare, read_safetensors, run_zerorun, torch_train  # noqa: E402
+from torch_oracle import compare, markov_shard, read_safetensors, run_zerorun, torch_train, window_batches  # noqa: E402
 
 V, T = 96, 32
 
@@ -402,26 +402,8 @@ def main():
     zr = args.zerorun
     ok = True
     with tempfile.TemporaryDirectory() as work:
-        rng = np.random.default_rng(0)
-        toks = [int(rng.integers(V))]
-        for _ in range(6000):
-            toks.append((toks[-1] * 5 + 3) % V if rng.random() < 0.8 else int(rng.integers(V)))
         shard = os.path.join(work, "tok_000.bin")
-        with open(shard, "wb") as f:
-            hdr = np.zeros(256, dtype=np.int32)
-            hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
-            f.write(hdr.tobytes())
-            f.write(np.array(toks, dtype=np.uint16).tobytes())
-        windows = (len(toks) - 1) // T
-
-        def batch(first, count):
-            x = np.zeros((count, T), dtype=np.int64)
-            y = np.zeros((count, T), dtype=np.int64)
-            for b in range(count):
-                k = (first + b) % windows
-                x[b] = toks[k * T: k * T + T]
-                y[b] = toks[k * T + 1: k * T + T + 1]
-            return {"tokens": torch.tensor(x), "targets": torch.tensor(y)}
+        batch = window_batches(markov_shard(shard, V, 6000, 5, 3, np.random.default_rng(0)), T)
 
         cfg = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
                "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},

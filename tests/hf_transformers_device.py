@@ -1,18 +1,13 @@
-#!/ usr / bin / env python3
-""
-        "The device machine's oracle for today's decoders, with transformers itself (5.x there; Debian has none): for
-        each model_type of tests /
-        hf_decoder_oracle.py's cases, transformers builds the model from its config (
-            AutoModelForCausalLM.from_config, seeded, small sizes with every real config flag) and
-    saves it(save_pretrained);
-then 1. `zerorun import ` + zerorun 's eval loss equals transformers'(fp32, 1e-5 relative);
-2. 20 zerorun training
-steps(fp32, on the GPU unless-- device cpu) equal transformers training the same model with torch.optim.AdamW,
-    the same batches, accumulation,
-    clipping and schedule(1e-4 relative
-                          : fp32 on both);
-3. `zerorun merge` of a 3 - step checkpoint is loaded by AutoModelForCausalLM.from_pretrained and AutoTokenizer -
-    free files are there; its loss equals zerorun's of the merged model.bin (1e-5).
+#!/usr/bin/env python3
+"""The device machine's oracle for today's decoders, with transformers itself (5.x there; Debian has none): for
+each model_type of tests/hf_decoder_oracle.py's cases, transformers builds the model from its config
+(AutoModelForCausalLM.from_config, seeded, small sizes with every real config flag) and saves it (save_pretrained,
+with a byte-level BPE tokenizer trained here); then
+  1. `zerorun import` + zerorun's eval loss equals transformers' (fp32, 1e-5 relative);
+  2. 20 zerorun training steps (fp32, on the GPU unless --device cpu) equal transformers training the same model
+     with torch.optim.AdamW, the same batches, accumulation, clipping and schedule (1e-4 relative);
+  3. `zerorun merge` of a 3-step ZeRO-3 checkpoint is loaded by AutoModelForCausalLM.from_pretrained with
+     zerorun's loss of the merged model.bin (1e-5), and AutoTokenizer.from_pretrained loads the copied tokenizer.
 Usage: python3 tests/hf_transformers_device.py --zerorun BIN [--device cuda|cpu] [--only NAME]"""
 import argparse
 import copy
@@ -28,10 +23,10 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_decoder_oracle import T, V, cases  # noqa: E402
-from torch_oracle import compare, torch_train  # noqa: E402
+from torch_oracle import compare, markov_shard, torch_train, window_batches  # noqa: E402
 
 
-def run(zr, args, work, name):
+def run(zr, args, name):
     r = subprocess.run([zr] + args, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{name}: zerorun {' '.join(args[:2])} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
@@ -41,6 +36,19 @@ def run(zr, args, work, name):
 def losses_of(log):
     with open(os.path.join(log, "metrics.jsonl")) as f:
         return [json.loads(x)["loss"] for x in f]
+
+
+def tiny_tokenizer(transformers):
+    """A byte-level BPE tokenizer trained here (no hub), as a fast tokenizer saves itself."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.train_from_iterator(["zerorun trains today's models"] * 4,
+                          trainers.BpeTrainer(vocab_size=300, special_tokens=["<s>", "</s>"],
+                                              initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=t, bos_token="<s>", eos_token="</s>")
 
 
 def main():
@@ -58,35 +66,26 @@ def main():
     print(f"transformers {transformers.__version__}, torch {torch.__version__}, device {dev}")
     ok = True
     with tempfile.TemporaryDirectory() as work:
-        rng = np.random.default_rng(0)
-        toks = [int(rng.integers(V))]
-        for _ in range(6000):
-            toks.append((toks[-1] * 5 + 3) % V if rng.random() < 0.8 else int(rng.integers(V)))
         shard = os.path.join(work, "tok_000.bin")
-        with open(shard, "wb") as f:
-            hdr = np.zeros(256, dtype=np.int32)
-            hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
-            f.write(hdr.tobytes())
-            f.write(np.array(toks, dtype=np.uint16).tobytes())
-        windows = (len(toks) - 1) // T
-
-        def batch(first, count):
-            x = np.zeros((count, T), dtype=np.int64)
-            y = np.zeros((count, T), dtype=np.int64)
-            for b in range(count):
-                k = (first + b) % windows
-                x[b] = toks[k * T: k * T + T]
-                y[b] = toks[k * T + 1: k * T + T + 1]
-            return {"tokens": torch.tensor(x, device=dev), "targets": torch.tensor(y, device=dev)}
-
+        batch = window_batches(markov_shard(shard, V, 6000, 5, 3, np.random.default_rng(0)), T, dev)
         cfg = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2,
                "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
                "gradient_clipping": 1.0,
                "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 2e-4, "warmup_max_lr": 2e-3,
                                                                  "warmup_num_steps": 4, "total_num_steps": 20}}}
-        cpath = os.path.join(work, "ds.json")
-        with open(cpath, "w") as f:
-            json.dump(cfg, f)
+        configs = {}
+        for k, c in (("train", cfg), ("zero3", dict(cfg, zero_optimization={"stage": 3})),
+                     ("eval", {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4,
+                               "gradient_accumulation_steps": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.0}}})):
+            configs[k] = os.path.join(work, k + ".json")
+            with open(configs[k], "w") as f:
+                json.dump(c, f)
+
+        def train(model, steps, log, name, extra=()):
+            run(zr, ["--device", args.device, "--config", configs["zero3" if extra else ("eval" if steps == 0 else
+                     "train")], model, "--steps", str(max(steps, 1)), "--data", shard, "--log_dir", log] + list(extra),
+                name)
+            return losses_of(log)
 
         def hf_loss(m, b):
             logits = m(input_ids=b["tokens"]).logits
@@ -96,11 +95,11 @@ def main():
             if args.only and args.only not in name:
                 continue
             try:
-                hc
-  = copy.deepcopy(hc) mt =
-      hc.pop("model_type") if mt == "gemma3" : continue #multimodal : the vision tower needs a real vision config; the text model is covered
-                hc.pop("architectures", None)
-                for k in ("transformers_version", "torch_dtype", "dtype"):
+                hc = copy.deepcopy(hc)
+                mt = hc.pop("model_type")
+                if mt == "gemma3":
+                    continue  # multimodal: the vision tower needs a real vision config; the text model is covered
+                for k in ("architectures", "transformers_version", "torch_dtype", "dtype"):
                     hc.pop(k, None)
                 conf = transformers.AutoConfig.for_model(mt, **hc)
                 torch.manual_seed(100 + i)
@@ -108,53 +107,40 @@ def main():
                                                                   dtype=torch.float32)
                 d = os.path.join(work, f"hf{i}")
                 m.save_pretrained(d)
+                tok = tiny_tokenizer(transformers)
+                tok.save_pretrained(d)
                 model = os.path.join(work, f"m{i}.bin")
-                run(zr, ["import", d, "-o", model], work, name)
+                run(zr, ["import", d, "-o", model], name)
                 m = m.to(dev).eval()
                 b = batch(0, 4)
                 with torch.no_grad():
                     ref = hf_loss(m, b).item()
-                cfg0 = {"train_batch_size": 4, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-                        "optimizer": {"type": "AdamW", "params": {"lr": 0.0}}}
-                c0 = os.path.join(work, "c0.json")
-                with open(c0, "w") as f:
-                    json.dump(cfg0, f)
-                log0 = os.path.join(work, f"eval{i}")
-                run(zr, ["--device", args.device, "--config", c0, model, "--steps", "1", "--data", shard, "--log_dir",
-                         log0], work, name)
-                ours = losses_of(log0)[0]
+                ours = train(model, 0, os.path.join(work, f"eval{i}"), name)[0]
                 rel = abs(ours - ref) / abs(ref)
-                good = rel <= 1e-5
                 print(f"{name}: transformers {type(m).__name__} loss {ref:.8f}, zerorun import {ours:.8f}, rel "
-                      f"{rel:.1e} -> {'PASS' if good else 'FAIL'}")
-                ok &= good
-# 20 steps each
-                log = os.path.join(work, f"train{i}")
-                run(zr, ["--device", args.device, "--config", cpath, model, "--steps", "20", "--data", shard,
-                         "--log_dir", log], work, name)
+                      f"{rel:.1e} -> {'PASS' if rel <= 1e-5 else 'FAIL'}")
+                ok &= rel <= 1e-5
+                ours = train(model, 20, os.path.join(work, f"train{i}"), name)
                 m = m.train()
                 ref20 = torch_train(list(m.parameters()), lambda bb: hf_loss(m, bb), cfg, 20, batch)
-                ok &= compare(f"{name}: 20 steps vs transformers training", losses_of(log), ref20)
-#merge->from_pretrained
+                ok &= compare(f"{name}: 20 steps vs transformers training", ours, ref20)
                 save, out = os.path.join(work, f"ck{i}"), os.path.join(work, f"merged{i}")
-                c3 = os.path.join(work, "c3.json")
-                with open(c3, "w") as f:
-                    json.dump(dict(cfg, zero_optimization={"stage": 3}), f)
-                run(zr, ["--device", args.device, "--config", c3, model, "--steps", "3", "--data", shard,
-                         "--save_dir", save], work, name)
-                run(zr, ["merge", save, out], work, name)
+                train(model, 3, os.path.join(work, f"z3_{i}"), name, ["--save_dir", save])
+                run(zr, ["merge", save, out], name)
                 mm = transformers.AutoModelForCausalLM.from_pretrained(out, attn_implementation="eager",
                                                                       dtype=torch.float32).to(dev).eval()
                 with torch.no_grad():
                     ref = hf_loss(mm, b).item()
-                logm = os.path.join(work, f"merged_eval{i}")
-                run(zr, ["--device", args.device, "--config", c0, os.path.join(out, "model.bin"), "--steps", "1",
-                         "--data", shard, "--log_dir", logm], work, name)
-                ours = losses_of(logm)[0]
+                ours = train(os.path.join(out, "model.bin"), 0, os.path.join(work, f"merged_eval{i}"), name)[0]
                 rel = abs(ours - ref) / abs(ref)
-                good = rel <= 1e-5
                 print(f"{name}: merge -> from_pretrained {type(mm).__name__} loss {ref:.8f}, zerorun {ours:.8f}, rel "
-                      f"{rel:.1e} -> {'PASS' if good else 'FAIL'}")
+                      f"{rel:.1e} -> {'PASS' if rel <= 1e-5 else 'FAIL'}")
+                ok &= rel <= 1e-5
+                text = "zerorun trains today's models, 12345"
+                t2 = transformers.AutoTokenizer.from_pretrained(out)
+                good = t2(text)["input_ids"] == tok(text)["input_ids"] and len(t2) == len(tok)
+                print(f"{name}: AutoTokenizer.from_pretrained(merge) {type(t2).__name__}: the imported tokenizer's ids "
+                      f"-> {'PASS' if good else 'FAIL'}")
                 ok &= good
             except Exception as e:  # one model's failure is reported, the others still run
                 print(f"{name}: FAIL: {e}")

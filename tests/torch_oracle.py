@@ -52,6 +52,36 @@ def read_safetensors(path):
     return tensors, meta
 
 
+def markov_shard(path, V, n, mul, add, rng):
+    """An llm.c token shard of a noisy Markov chain over V ids (learnable structure); returns the tokens."""
+    toks = [int(rng.integers(V))]
+    for _ in range(n):
+        toks.append((toks[-1] * mul + add) % V if rng.random() < 0.8 else int(rng.integers(V)))
+    with open(path, "wb") as f:
+        hdr = np.zeros(256, dtype=np.int32)
+        hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
+        f.write(hdr.tobytes())
+        f.write(np.array(toks, dtype=np.uint16).tobytes())
+    return toks
+
+
+def window_batches(toks, T, device="cpu"):
+    """batch(first, count): samples first .. first + count - 1 of zerorun's order over the shard (sample i: tokens
+    i T .. i T + T, targets shifted by one)."""
+    windows = (len(toks) - 1) // T
+
+    def batch(first, count):
+        x = np.zeros((count, T), dtype=np.int64)
+        y = np.zeros((count, T), dtype=np.int64)
+        for b in range(count):
+            w = (first + b) % windows
+            x[b] = toks[w * T: w * T + T]
+            y[b] = toks[w * T + 1: w * T + T + 1]
+        return {"tokens": torch.tensor(x, device=device), "targets": torch.tensor(y, device=device)}
+
+    return batch
+
+
 def rotary(q, k, theta):
     """q, k [B, heads, T, D] rotated as transformers' LlamaRotaryEmbedding + apply_rotary_pos_emb do it:
     inv_freq = 1 / theta^(2i/D), emb = cat(freqs, freqs), x cos + rotate_half(x) sin."""
@@ -391,31 +421,13 @@ def main():
         subprocess.run([zr, "init", "--arch", "gpt2", "--vocab", str(V), "--n_ctx", str(T), "--n_embd", "64",
                         "--n_layer", "2", "--n_head", "4", "--seed", "5", "-o", gpt], check=True,
                        capture_output=True)
-        rng = np.random.default_rng(0)
-        toks = [int(rng.integers(V))]
-        for _ in range(8000):  # a noisy Markov chain: learnable structure
-            toks.append((toks[-1] * 3 + 1) % V if rng.random() < 0.8 else int(rng.integers(V)))
         shard = os.path.join(work, "tok_000.bin")
-        with open(shard, "wb") as f:
-            hdr = np.zeros(256, dtype=np.int32)
-            hdr[0], hdr[1], hdr[2] = 20240520, 1, len(toks)
-            f.write(hdr.tobytes())
-            f.write(np.array(toks, dtype=np.uint16).tobytes())
-        windows = (len(toks) - 1) // T
+        gpt_batch = window_batches(markov_shard(shard, V, 8000, 3, 1, np.random.default_rng(0)), T)
         cfg = {"train_batch_size": 8, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2,
                "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.1}},
                "gradient_clipping": 1.0,
                "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 1e-3,
                                                                  "warmup_num_steps": 4, "total_num_steps": 20}}}
-
-        def gpt_batch(first, count):
-            x = np.zeros((count, T), dtype=np.int64)
-            y = np.zeros((count, T), dtype=np.int64)
-            for b in range(count):
-                w = (first + b) % windows
-                x[b] = toks[w * T : w * T + T]
-                y[b] = toks[w * T + 1 : w * T + T + 1]
-            return {"tokens": torch.tensor(x), "targets": torch.tensor(y)}
 
         ours = run_zerorun(zr, gpt, cfg, 20, work, ["--data", shard])
         ok &= compare("gpt2", ours, torch_losses(gpt, cfg, 20, gpt_batch))

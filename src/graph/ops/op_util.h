@@ -87,6 +87,19 @@ class Op16 : public Op {
   bool takes_dout16(size_t) const override { return true; }
 };
 
+// The heads of packed qkv [.., (H + 2K) D] of a node with n_head H and n_kv_head K (default H): H, K, D.
+struct QkvHeads {
+  int64_t H, K, D;
+};
+inline QkvHeads qkv_heads(const Node& n, int64_t width) {
+  const int64_t H = attr_int(n, "n_head");
+  const int64_t K = n.attrs.contains("n_kv_head") ? attr_int(n, "n_kv_head") : H;
+  ZR_CHECK(H > 0 && K > 0 && H % K == 0, "n_kv_head ", K, " must be positive and divide n_head ", H);
+  ZR_CHECK(width > 0 && width % (H + 2 * K) == 0, "qkv width ", width,
+           " is not (n_head + 2 n_kv_head) x head size, n_head ", H, ", n_kv_head ", K);
+  return {H, K, width / (H + 2 * K)};
+}
+
 // A norm's weight as its kernels read it: w itself, or w + offset (Gemma's RMSNorm scales by 1 + w) in scratch.
 inline Tensor offset_weight(const NodeCtx& c, const Tensor& w, float offset) {
   if (offset == 0.f) return w;

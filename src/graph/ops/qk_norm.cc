@@ -12,12 +12,8 @@ struct QkDims {
   bool full;
 };
 QkDims dims_of(const Node& n, int64_t width) {
-  const int64_t H = attr_int(n, "n_head");
-  const int64_t K = n.attrs.contains("n_kv_head") ? attr_int(n, "n_kv_head") : H;
-  ZR_CHECK(H > 0 && K > 0 && H % K == 0, "n_kv_head ", K, " must be positive and divide n_head ", H);
-  ZR_CHECK(width % (H + 2 * K) == 0 && width > 0, "qkv width ", width,
-           " is not (n_head + 2 n_kv_head) x head size, n_head ", H, ", n_kv_head ", K);
-  return {H, K, width / (H + 2 * K), attr_bool(n, "full", false)};
+  const QkvHeads h = qkv_heads(n, width);
+  return {h.H, h.K, h.D, attr_bool(n, "full", false)};
 }
 class QkNorm : public Op {
  public:

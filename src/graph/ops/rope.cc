@@ -16,16 +16,11 @@ struct RopeDims {
   bool repeat;
 };
 RopeDims dims_of(const Node& n, int64_t width) {
-  const int64_t H = attr_int(n, "n_head");
-  const int64_t K = n.attrs.contains("n_kv_head") ? attr_int(n, "n_kv_head") : H;
-  ZR_CHECK(H > 0 && K > 0 && H % K == 0, "n_kv_head ", K, " must be positive and divide n_head ", H);
-  ZR_CHECK(H <= width && width % (H + 2 * K) == 0, "qkv width ", width,
-           " is not (n_head + 2 n_kv_head) x head size, n_head ", H, ", n_kv_head ", K);
-  const int64_t D = width / (H + 2 * K);
-  ZR_CHECK(D > 0 && D % 2 == 0, "rope needs an even head size, got ", D);
-  ZR_CHECK(D / 2 <= kernels::cpu::RopeFreqs::kMaxPairs, "rope: head size ", D, " is above the largest supported, ",
+  const QkvHeads h = qkv_heads(n, width);
+  ZR_CHECK(h.D % 2 == 0, "rope needs an even head size, got ", h.D);
+  ZR_CHECK(h.D / 2 <= kernels::cpu::RopeFreqs::kMaxPairs, "rope: head size ", h.D, " is above the largest supported, ",
            2 * kernels::cpu::RopeFreqs::kMaxPairs);
-  return {H, K, D, attr_bool(n, "repeat_kv", true)};
+  return {h.H, h.K, h.D, attr_bool(n, "repeat_kv", true)};
 }
 
 // A number of the scaling object; `def` where absent (NaN: required, unless `optional`).
