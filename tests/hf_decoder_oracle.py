@@ -427,8 +427,38 @@ def main():
                               cfg, 20, batch)
             ok &= compare(name, ours, ref)
             ok &= merge_check(zr, work, i, name, hc, model, cfg, shard, batch)
+        ok &= refusals(zr, work)
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
+
+
+def refusals(zr, work):
+    """What must not import silently: a Qwen2 checkpoint relabelled llama (its biases would be dropped), config keys
+    whose effect zerorun does not compute, a non-finite weight."""
+    ok = True
+    qwen2 = dict(cases()[3][1])
+    bad = [("a Qwen2 relabelled llama", dict(qwen2, model_type="llama"), None,
+            "tensors that are not weights of a llama of 2 layers, hidden_size 48: model.layers.0.self_attn.k_proj.bias"),
+           ("longrope", dict(qwen2, rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 6,
+                                                   "long_factor": [1.0] * 6}), None, 'rope_type "longrope"'),
+           ("partial rotary", dict(qwen2, partial_rotary_factor=0.5), None, "partial_rotary_factor 0.5"),
+           ("custom code", dict(qwen2, auto_map={"AutoModel": "x.Y"}), None, "'auto_map' is not supported"),
+           ("attention dropout", dict(qwen2, attention_dropout=0.1), None, "--no_dropout"),
+           ("a NaN weight", qwen2, "model.layers.1.mlp.up_proj.weight", "holds a non-finite value")]
+    for i, (what, cfg, nan_at, want) in enumerate(bad):
+        d = os.path.join(work, f"bad{i}")
+        write_checkpoint(d, qwen2, "F32", False, 7)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        if nan_at:
+            w, _ = read_safetensors(os.path.join(d, "model.safetensors"))
+            w[nan_at][0, 0] = float("nan")
+            write_safetensors(os.path.join(d, "model.safetensors"), w)
+        r = subprocess.run([zr, "import", d, "-o", os.path.join(work, "bad.bin")], capture_output=True, text=True)
+        good = r.returncode == 1 and want in r.stderr
+        print(f"refused: {what}: exit {r.returncode} -> {'PASS' if good else 'FAIL'}{'' if good else ': ' + r.stderr}")
+        ok &= good
+    return ok
 
 
 def merge_check(zr, work, i, name, hc, model, cfg, shard, batch):

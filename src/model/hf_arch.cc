@@ -279,7 +279,8 @@ LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector
     s.final_softcap = c.number("final_logit_softcapping", 0.0);
   } else {
     for (const char* k : {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"})
-      ZR_CHECK(!c.has(k), path, ": ", k, " is not a ", mt, " setting (transformers' ", mt, " does not read it)");
+      if (c.has(k) && notes)
+        notes->push_back(std::string(k) + " is not read: transformers' " + mt + " does not compute it either");
   }
   // Rotary embeddings.
   double theta = c.number("rope_theta", gemma && mt == "gemma3_text" ? 1000000.0 : 10000.0);
@@ -326,8 +327,8 @@ LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector
     s.window = c.size("sliding_window", 4096);
     const int64_t pattern = c.has("sliding_window_pattern") ? c.size("sliding_window_pattern") : 6;
     s.sliding = read_layer_types(c, L, [&](int64_t l) { return (l + 1) % pattern != 0; });
-  } else if (c.has("sliding_window")) {
-    ZR_FAIL(path, ": sliding_window is not a ", mt, " setting (transformers' ", mt, " does not read it)");
+  } else if (c.has("sliding_window") && notes) {
+    notes->push_back("sliding_window is not read: transformers' " + mt + " attends to every earlier position");
   }
   if (s.window > 0 && !s.sliding.empty() && std::none_of(s.sliding.begin(), s.sliding.end(), [](bool b) { return b; }))
     s.window = 0, s.sliding.clear();
