@@ -427,9 +427,27 @@ def main():
                               cfg, 20, batch)
             ok &= compare(name, ours, ref)
             ok &= merge_check(zr, work, i, name, hc, model, cfg, shard, batch)
+            ok &= init_check(zr, work, name, d, model)
         ok &= refusals(zr, work)
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
+
+
+def init_check(zr, work, name, d, imported):
+    """`zerorun init --from_config` builds the imported model's graph with fresh weights of the same names and
+    shapes."""
+    fresh = os.path.join(work, "fresh.bin")
+    r = subprocess.run([zr, "init", "--from_config", os.path.join(d, "config.json"), "-o", fresh, "--seed", "3"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"{name}: FAIL: init --from_config:\n{r.stdout}{r.stderr}")
+        return False
+    a, ma = read_safetensors(fresh)
+    b, mb = read_safetensors(imported)
+    ga, gb = json.loads(ma["graph"]), json.loads(mb["graph"])
+    same = {k: v.shape for k, v in a.items()} == {k: v.shape for k, v in b.items()} and ga["nodes"] == gb["nodes"]
+    print(f"{name}: init --from_config -> the same graph and parameter shapes -> {'PASS' if same else 'FAIL'}")
+    return same
 
 
 def refusals(zr, work):
