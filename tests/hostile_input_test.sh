@@ -15,7 +15,7 @@ cd "$W"
 expect_err() {
   local name=$1 pat=$2 out rc
   shift 2
-  out=$(timeout 60 "$@" 2>&1)
+  out=$(timeout -k 5 60 "$@" 2>&1)
   rc=$?
   if [[ $rc -eq 1 ]] && grep -qF -- "$pat" <<<"$out" && ! grep -q "internal error" <<<"$out"; then ok "$name"; else
     bad "$name (rc=$rc, wanted '$pat'):"
@@ -90,6 +90,10 @@ expect_err "model.bin is /dev/zero" "zero.bin: not a regular file (a character d
 expect_err "model.bin is a directory" "R: not a regular file (a directory)" "$ZR" --config c.json R --steps 1
 expect_err "config is a directory" "R: not a regular file (a directory)" "$ZR" --config R gpt.bin --steps 1
 expect_err "hostfile is /dev/zero" "zero.bin: not a regular file" "$ZR" --hostfile zero.bin --config c.json gpt.bin --steps 1
+cp -r R/global_step2 F && rm F/manifest.json && mkfifo F/manifest.json
+expect_err "manifest.json is a FIFO" "F/manifest.json: not a regular file (a FIFO (named pipe))" "$ZR" merge F merged_f
+if out=$("$ZR" --config <(cat c.json) gpt.bin --steps 1 --seq_len 16 2>&1); then ok "--config <(...) (a pipe) is read"; else
+  bad "--config <(...): $out"; fi
 
 # 4. Every manifest field in range.
 cp -r R/global_step2 M

@@ -26,7 +26,8 @@ class AtomicFile {
 };
 
 void write_file_atomic(const std::string& path, const std::string& content);
-std::string read_file(const std::string& path);  // a regular file or a pipe (else an error naming it)
+// A regular file (or, with allow_pipe, a pipe read to its end); anything else is an error naming it.
+std::string read_file(const std::string& path, bool allow_pipe = false);
 // The size of a regular file; a directory, FIFO, device or socket (also through a symlink) is an error naming the
 // path and what it is, so no reader blocks on a pipe or reads /dev/zero forever.
 uint64_t regular_file_size(const std::string& path);

@@ -439,7 +439,9 @@ nlohmann::json parse_config_text(const std::string& text, const std::string& sou
   return Parser(text, source, true).parse();
 }
 
-nlohmann::json load_config_file(const std::string& path) { return parse_config_text(read_file(path), path); }
+nlohmann::json load_config_file(const std::string& path) {
+  return parse_config_text(read_file(path, /*allow_pipe=*/true), path);  // --config <(...) works too
+}
 
 nlohmann::json load_json_file_strict(const std::string& path) { return parse_json_strict(read_file(path), path); }
 

@@ -109,9 +109,9 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   f.commit();
 }
 
-std::string read_file(const std::string& path) {
-  struct stat st {};  // a pipe is read to its end (--config <(...)); a directory or device is an error
-  if (::stat(path.c_str(), &st) == 0 && !S_ISFIFO(st.st_mode)) regular_file_size(path);
+std::string read_file(const std::string& path, bool allow_pipe) {
+  struct stat st {};  // a pipe only where asked for (--config <(...)); a directory or device is an error
+  if (::stat(path.c_str(), &st) == 0 && !(allow_pipe && S_ISFIFO(st.st_mode))) regular_file_size(path);
   std::ifstream in(path, std::ios::binary);
   ZR_CHECK(in, path, ": cannot open file");
   std::ostringstream ss;

@@ -128,7 +128,7 @@ TEST_CASE("host names: host names and IP literals only, anything else names the 
   CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun", "train"}), Catch::Contains("--master_addr"));
 }
 
-TEST_CASE("--dry_run's rendering is shell-quoted; the argv stays an array", "[launch]") {
+TEST_CASE("the dry run rendering is shell-quoted, the argv stays an array", "[launch]") {
   CHECK(shell_quote({"mpirun", "-np", "2", "-x", "ZERORUN_SLOTS=worker-0=0+1;worker-1=0+1"}) ==
         "mpirun -np 2 -x 'ZERORUN_SLOTS=worker-0=0+1;worker-1=0+1'");
   CHECK(shell_quote({"a b", "it's", "", "$HOME", "`x`", "plain/path.json"}) ==
