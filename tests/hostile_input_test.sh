@@ -119,6 +119,24 @@ first=$("$PY" -c "import json,struct;b=open('gpt.bin','rb').read();n=struct.unpa
 expect_err "NaN weight in model.bin" "nan.bin: tensor '$first' holds a non-finite value (NaN or Inf) at element 3" \
   "$ZR" --config c.json nan.bin --steps 1
 
+# A checkpoint whose master weights hold a NaN (checksums updated, as a diverged run would save it): merge refuses.
+cp -r R/global_step2 N
+"$PY" - N <<'PY'
+import json, struct, sys, zlib
+d = sys.argv[1]; p = d + "/zero_rank_00000.safetensors"
+b = bytearray(open(p, "rb").read())
+(n,) = struct.unpack("<Q", b[:8]); h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if k.endswith(".master"))[0]
+s, _ = h[name]["data_offsets"]
+b[8 + n + s:8 + n + s + 4] = struct.pack("<f", float("inf"))
+open(p, "wb").write(b)
+m = json.load(open(d + "/manifest.json"))
+m["files"]["zero_rank_00000.safetensors"]["crc32"] = "%08x" % zlib.crc32(bytes(b))
+json.dump(m, open(d + "/manifest.json", "w"))
+PY
+expect_err "merge of a checkpoint with an Inf weight" "holds a non-finite value (NaN or Inf) at element 0" "$ZR" merge N merged_n
+[[ ! -e merged_n/model.bin && ! -e merged_n/model.safetensors ]] && ok "nothing written" || bad "merge wrote files"
+
 # 6. Host names: only host names and IP literals; anything else is an error naming the hostfile line.
 for name in 'a;touch_x' '$(touch_x)' '`touch_x`' 'a|b' '-oProxyCommand=touch_x' $'bad\x01name' $'evil\u202ename' 'a..b' 'x-.y'; do
   printf 'worker-0 slots=1\n%s slots=1\n' "$name" >hosts

@@ -7,6 +7,7 @@
 
 #include <sys/resource.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -116,6 +117,10 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
                ": has no f32 tensor '", pc.tensor, "' of ", pc.stored, " elements (the manifest's slice)");
       read_safetensors_range(it->second, *e, pc.src_first, pc.count, buf.data() + pc.dst_offset);
     }
+    for (int64_t i = 0; i < n; ++i)  // merge never writes NaN/Inf weights (model.bin loading would reject them)
+      ZR_CHECK(std::isfinite(buf[static_cast<size_t>(i)]), dir, ": parameter '", name,
+               "' holds a non-finite value (NaN or Inf) at element ", i,
+               " of its fp32 master weights: the run diverged or a shard is damaged; nothing was written");
     bin.append(name, buf.data(), buf.size() * 4);
     const Shape shape = m["params"][name]["shape"].get<Shape>();
     const int64_t rows = shape.empty() ? 1 : shape[0], cols = n / rows;
