@@ -18,6 +18,7 @@ cd "$W"
 declare -A EXPECT=(
   [rejected_dsexamples_megatron_zero3_ds_zero_stage_3_config.json]="unknown key 'zero_optimization.stage3_param_persitence_threshold' (did you mean 'zero_optimization.stage3_param_persistence_threshold'?)"
   [rejected_dsexamples_bingbertsquad_deepspeed_bsz24_config.json]="'optimizer.params.max_grad_norm' is not an optimizer parameter"
+  [rejected_megatron_deepspeed_ds_zero2_config_bf16.json]="'communication_data_type' \"bfp16\" is not a data type DeepSpeed supports"
 )
 
 n_ok=0

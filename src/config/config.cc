@@ -537,6 +537,14 @@ Config parse_config(const json& j, const std::string& source) {
     ZR_CHECK(v > 0, source, ": '", k, "' must be a positive integer, got ", v);
     return v;
   };
+  // Values DeepSpeed rejects in keys zerorun otherwise ignores (checked in DeepSpeed's order: before the blocks).
+  for (const char* k : {"communication_data_type", "seq_parallel_communication_data_type"}) {
+    if (!r.has(k) || r.at(k).is_null()) continue;
+    std::string v = r.at(k).is_string() ? r.at(k).get<std::string>() : r.at(k).dump();
+    for (char& ch : v) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    ZR_CHECK(v == "fp32" || v == "fp16" || v == "bf16", source, ": '", k, "' ", r.at(k).dump(),
+             " is not a data type DeepSpeed supports (\"fp16\", \"bf16\" or \"fp32\"; DeepSpeed rejects the config)");
+  }
   c.train_batch_size = batch_key("train_batch_size");
   c.micro_batch = batch_key("train_micro_batch_size_per_gpu");
   c.grad_accum = batch_key("gradient_accumulation_steps");

@@ -364,6 +364,12 @@ TEST_CASE("DeepSpeed's aliases and legacy spellings map as DeepSpeed maps them",
   CHECK(*zero.zero.stage3_prefetch_bucket_size == 0);
   CHECK_THAT(error_of([] { parse(R"({"zero_optimization": {"reduce_bucket_size": -1}})"); }),
              Catch::Contains("'zero_optimization.reduce_bucket_size' must be >= 0, got -1"));
+  // A key zerorun ignores, with a value DeepSpeed rejects; the bfloat16 block forbids extra keys as bf16 does.
+  CHECK_THAT(error_of([] { parse(R"({"communication_data_type": "bfp16"})"); }),
+             Catch::Contains("'communication_data_type' \"bfp16\" is not a data type DeepSpeed supports"));
+  CHECK(parse(R"({"communication_data_type": "BF16"})").warnings.size() == 1);
+  CHECK_THAT(error_of([] { parse(R"({"bfloat16": {"enabled": true, "loss_scale": 1.0}})"); }),
+             Catch::Contains("unknown key 'bfloat16.loss_scale'"));
 }
 
 TEST_CASE("every \"auto\" is resolved and noted with the value and why", "[config]") {
