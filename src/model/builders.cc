@@ -169,7 +169,8 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
   const int64_t D = s.head_size();
   ZR_CHECK(K > 0 && H % K == 0, mt, ": --n_kv_head ", K, " must be positive and divide --n_head ", H,
            " (each key/value head serves n_head / n_kv_head query heads)");
-  ZR_CHECK(D % 2 == 0, mt, ": the head size ", D, " must be even (rotary embeddings rotate pairs)");
+  ZR_CHECK(D % 2 == 0, mt, ": the head size ", s.head_dim > 0 ? "head_dim" : "n_embd / n_head", " = ", D,
+           " must be even (rotary embeddings rotate pairs)");
   ZR_CHECK(s.rope_theta > 1.0 && std::isfinite(s.rope_theta), mt, ": --rope_theta must be > 1, got ", s.rope_theta);
   ZR_CHECK(s.rms_eps > 0.0 && s.rms_eps < 1.0, mt, ": rms_norm_eps must be in (0, 1), got ", s.rms_eps);
   ZR_CHECK(s.qk_norm.empty() || s.qk_norm == "head" || s.qk_norm == "full", mt, ": qk_norm must be head or full");
