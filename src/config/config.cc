@@ -52,8 +52,8 @@ class Reader {
       std::string s = did_you_mean(k, all);
       const std::string hint = s.empty() ? "" : " (did you mean '" + key(s) + "'?)";
       if (unknown_warns) {
-        c_.warnings.push_back(c_.source + ": unknown top-level key '" + key(k) + "' ignored, as DeepSpeed ignores it" +
-                              hint);
+        c_.warnings.push_back(c_.source + ": unknown " + (path_.empty() ? "top-level key '" : "key '") + key(k) +
+                              "' ignored, as DeepSpeed ignores it" + hint);
         continue;
       }
       ZR_FAIL(c_.source, ": unknown key '", key(k), "'", hint);
@@ -128,7 +128,7 @@ std::string fmt(double v) {
 }
 
 void parse_optimizer(Reader r, Config& c) {
-  r.keys({"type", "params"}, {"legacy_fusion"});
+  r.keys({"type", "params"}, {"legacy_fusion"}, /*unknown_warns=*/true);  // DeepSpeed reads these keys, ignores others
   OptimizerConfig& o = c.optimizer;
   o.given = true;
   std::string t = r.str("type", "");
@@ -191,7 +191,7 @@ void parse_optimizer(Reader r, Config& c) {
 }
 
 void parse_scheduler(Reader r, Config& c) {
-  r.keys({"type", "params"});
+  r.keys({"type", "params"}, {}, /*unknown_warns=*/true);
   c.scheduler.type = r.str("type", "");
   static const std::map<std::string, std::vector<std::string>> kParams = {
       {"WarmupLR", {"warmup_min_lr", "warmup_max_lr", "warmup_num_steps", "warmup_type", "last_batch_iteration"}},
@@ -310,8 +310,9 @@ OffloadConfig parse_offload(Reader r, const Config& c, bool param) {
   if (param)
     r.keys({"device", "pin_memory"}, {"buffer_count", "buffer_size", "max_in_cpu", "nvme_path"});
   else
-    r.keys({"device", "pin_memory"}, {"buffer_count", "fast_init", "pipeline_read", "pipeline_write", "pipeline",
-                                      "nvme_path", "ratio", "super_offload", "cpuadam_cores_perc"});
+    r.keys({"device", "pin_memory"},
+           {"buffer_count", "fast_init", "pipeline_read", "pipeline_write", "pipeline", "nvme_path", "ratio",
+            "super_offload", "cpuadam_cores_perc", "convert_grad_on_cpu"});
   OffloadConfig o;
   o.device = r.str("device", "none");
   ZR_CHECK(o.device == "none" || o.device == "cpu", c.source, ": '", r.key("device"), "' \"", o.device,
@@ -597,8 +598,11 @@ Config parse_config(const json& j, const std::string& source) {
   r.num("gradient_predivide_factor", 1.0);
   if (r.has("activation_checkpointing")) {
     Reader a = r.sub("activation_checkpointing");
-    a.keys({"enabled"}, {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization",
-                         "number_checkpoints", "synchronize_checkpoint_boundary", "profile"});
+    // DeepSpeed reads this block key by key and ignores the rest: unknown keys warn.
+    a.keys({"enabled"},
+           {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization", "number_checkpoints",
+            "synchronize_checkpoint_boundary", "profile"},
+           /*unknown_warns=*/true);
     c.activation_checkpointing = a.boolean("enabled", true);
   }
   if (r.has("train")) parse_train(r.sub("train"), c);

@@ -132,6 +132,16 @@ TEST_CASE("unknown keys in a block are errors with a suggestion; at the top leve
   CHECK_THAT(top.warnings[1], Catch::Contains("unknown top-level key 'monitor_config' ignored"));
   CHECK_THAT(top.warnings[2],
              Catch::Contains("'train_batch_sise'") && Catch::Contains("did you mean 'train_batch_size'"));
+  // Blocks DeepSpeed reads key by key (optimizer and scheduler outside params, activation_checkpointing) ignore
+  // other keys there too; their params (an optimizer's or scheduler's arguments) stay strict.
+  Config blk = parse(
+      R"({"optimizer": {"type": "AdamW", "param": {}}, "activation_checkpointing": {"partition_activation": true}})");
+  REQUIRE(blk.warnings.size() == 2);
+  CHECK_THAT(blk.warnings[0], Catch::Contains("unknown key 'optimizer.param' ignored") &&
+                                  Catch::Contains("did you mean 'optimizer.params'"));
+  CHECK_THAT(blk.warnings[1], Catch::Contains("did you mean 'activation_checkpointing.partition_activations'"));
+  REQUIRE_THROWS_WITH(parse(R"({"optimizer": {"type": "AdamW", "params": {"lrr": 1}}})"),
+                      Catch::Contains("unknown key 'optimizer.params.lrr'"));
   REQUIRE_THROWS_WITH(parse(R"({"train_batch_size": 8, "optimizer": {"type": "Adam", "params": {"betas": [0.9]}}})"),
                       Catch::Contains("optimizer.params.betas"));
   REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 4}})"), Catch::Contains("must be 0, 1, 2 or 3, got 4"));
