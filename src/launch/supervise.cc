@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -71,8 +72,25 @@ const char* signal_name(int sig) {
 }
 }  // namespace
 
+// Whether `cmd` names an executable (a path, or a name found in PATH), as execvp would find it.
+static bool executable(const std::string& cmd) {
+  if (cmd.find('/') != std::string::npos) return access(cmd.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t b = 0;
+  for (;;) {
+    const size_t e = dirs.find(':', b);
+    const std::string d = dirs.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (access(((d.empty() ? "." : d) + "/" + cmd).c_str(), X_OK) == 0) return true;
+    if (e == std::string::npos) return false;
+    b = e + 1;
+  }
+}
+
 int supervise(const std::vector<std::string>& argv, const std::string& save_dir) {
   ZR_CHECK(!argv.empty(), "supervise: empty command");
+  ZR_CHECK(executable(argv[0]), "cannot start ", argv[0], ": not found",
+           argv[0] == "srun" ? "" : " (install openmpi-bin)");
   sigset_t stops, old;
   sigemptyset(&stops);
   for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGCHLD}) sigaddset(&stops, s);
