@@ -91,6 +91,10 @@ expect_err "model.bin is a directory" "R: not a regular file (a directory)" "$ZR
 expect_err "config is a directory" "R: not a regular file (a directory)" "$ZR" --config R gpt.bin --steps 1
 expect_err "hostfile is /dev/zero" "zero.bin: not a regular file" "$ZR" --hostfile zero.bin --config c.json gpt.bin --steps 1
 cp -r R/global_step2 F && rm F/manifest.json && mkfifo F/manifest.json
+expect_err "token shard is a FIFO" "fifo.bin: not a regular file (a FIFO (named pipe))" "$ZR" --config c.json gpt.bin \
+  --steps 1 --data fifo.bin
+expect_err "token shard is /dev/zero" "zero.bin: not a regular file (a character device)" "$ZR" --config c.json gpt.bin \
+  --steps 1 --data zero.bin
 expect_err "manifest.json is a FIFO" "F/manifest.json: not a regular file (a FIFO (named pipe))" "$ZR" merge F merged_f
 if out=$("$ZR" --config <(cat c.json) gpt.bin --steps 1 --seq_len 16 2>&1); then ok "--config <(...) (a pipe) is read"; else
   bad "--config <(...): $out"; fi
