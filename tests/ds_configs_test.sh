@@ -67,6 +67,14 @@ out=$("$ZR" --config "$DIR/axolotl_zero3_bf16.json" gpt.bin --steps 1 --seq_len 
 if grep -qF "'zero_optimization.max_live_parameters' read as 'zero_optimization.stage3_max_live_parameters'" <<<"$out"; then
   ok "alias logged"
 else bad "alias not logged"; fi
+# The engine runs each step at DeepSpeed 0.19.5's lr: step 1 at the constructor's value (0 for WarmupCosineLR, whatever
+# warmup_min_ratio), step k at iteration k-2 of the schedule, at the floor after total_num_steps.
+echo '{"train_micro_batch_size_per_gpu": 2, "steps_per_print": 1, "optimizer": {"type": "AdamW", "params": {"lr": 0.01}},
+  "scheduler": {"type": "WarmupCosineLR", "params": {"total_num_steps": 6, "warmup_num_steps": 4,
+  "warmup_min_ratio": 0.5, "cos_min_ratio": 0.1, "warmup_type": "linear"}}}' >cos.json
+got=$("$ZR" --config cos.json gpt.bin --steps 8 --seq_len 8 2>&1 | sed -n 's/.*| lr \([0-9.e+-]*\) .*/\1/p' | tr '\n' ' ')
+want="0.000e+00 5.000e-03 6.250e-03 7.500e-03 8.750e-03 5.500e-03 1.000e-03 1.000e-03 "
+[[ "$got" == "$want" ]] && ok "WarmupCosineLR per-step lr in a run = DeepSpeed 0.19.5's" || bad "cosine lr: got '$got', want '$want'"
 n_cfg=$(jq 'length' "$DIR/SOURCES.json")
 [[ $n_cfg -ge 20 ]] && ok "$n_cfg real configs" || bad "only $n_cfg configs"
 echo "passed $pass, failed $fail ($n_ok accepted runs)"
