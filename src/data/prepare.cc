@@ -106,7 +106,8 @@ class Preparer {
     return template_->render(ctx);
   }
 
-  void chat(const ojson& messages, const std::string& where, DocOut& d) const {
+  // A conversation; with train_on completions, the assistant turns from message `first_target` on are targets.
+  void chat(const ojson& messages, const std::string& where, DocOut& d, size_t first_target = 0) const {
     ZR_CHECK(template_, where, ": a \"messages\" record needs a chat template, and ", o_.tokenizer,
              " has none (tokenizer_config.json's chat_template or chat_template.jinja): give --chat_template FILE");
     ZR_CHECK(messages.is_array() && !messages.empty(), where, ": \"messages\" must be a non-empty list");
@@ -121,7 +122,7 @@ class Preparer {
     if (o_.train_on == "completions") {
       size_t searched = 0;
       for (size_t i = 0; i < messages.size(); ++i) {
-        if (messages[i]["role"] != "assistant") continue;
+        if (messages[i]["role"] != "assistant" || i < first_target) continue;
         // An assistant turn starts where the render of the conversation before it, with the generation prompt,
         // ends (when that is a prefix of the whole render), else where its content appears (after any reasoning
         // block: templates may drop the reasoning of earlier turns). It ends with the first end-of-turn marker
@@ -184,10 +185,16 @@ class Preparer {
       ZR_CHECK(j.is_object(), r.where, ": a record must be a JSON object");
       if (j.contains("messages")) {
         chat(j["messages"], r.where, d);
+      } else if (j.contains("prompt") && j.contains("completion") && j["prompt"].is_array() &&
+                 j["completion"].is_array()) {  // conversational prompt-completion (as TRL writes it)
+        ojson messages = j["prompt"];
+        for (const ojson& m : j["completion"]) messages.push_back(m);
+        chat(messages, r.where, d, j["prompt"].size());
       } else if (j.contains("prompt") || j.contains("completion")) {
         ZR_CHECK(
             j.contains("prompt") && j["prompt"].is_string() && j.contains("completion") && j["completion"].is_string(),
-            r.where, ": a prompt-completion record needs \"prompt\" and \"completion\" strings");
+            r.where,
+            ": a prompt-completion record needs \"prompt\" and \"completion\" strings (or two lists of messages)");
         d.ids = tok_.encode(j["prompt"].get<std::string>(), true);
         d.mask.assign(d.ids.size(), o_.train_on == "all" ? 1 : 0);
         auto c = tok_.encode(j["completion"].get<std::string>(), false);

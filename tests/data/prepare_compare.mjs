@@ -1,5 +1,6 @@
 // Compares `zerorun prepare`'s documents (zerorun_tokenize_tool --dump) with prepare_oracle.mjs's: identical ids,
-// and the masked-in tokens decode to text that holds each expected target (assistant contents, completions).
+// and the masked-in tokens decode to text that holds each expected target (assistant contents, completions) and
+// none of the prompt's assistant turns.
 //   node prepare_compare.mjs NAME ORACLE.jsonl DUMP.jsonl
 import fs from 'node:fs';
 
@@ -17,10 +18,12 @@ for (let i = 0; i < oracle.length; ++i) {
   targets += b.mask.reduce((x, y) => x + y, 0);
   const same = JSON.stringify(a.ids) === JSON.stringify(b.ids);
   const missing = a.targets.filter((t) => !b.targets.includes(t));
-  if (same && !missing.length && b.mask[0] === 0) continue;
+  const extra = (a.untargets ?? []).filter((t) => b.targets.includes(t));
+  if (same && !missing.length && !extra.length && b.mask[0] === 0) continue;
   ++bad;
   console.log(`${name}: document ${i}: ${same ? '' : 'ids differ from transformers.js; '}` +
               `${missing.length ? 'targets ' + JSON.stringify(b.targets) + ' miss ' + JSON.stringify(missing) : ''}` +
+              `${extra.length ? 'targets ' + JSON.stringify(b.targets) + ' hold ' + JSON.stringify(extra) : ''}` +
               `${b.mask[0] === 0 ? '' : ' the first token is a target'}`);
 }
 console.log(`${name}: ${oracle.length} documents, ${tokens} tokens, ${targets} in the loss: ` +

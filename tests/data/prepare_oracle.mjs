@@ -1,7 +1,7 @@
 // Oracle for `zerorun prepare`: the ids transformers.js gives each record of a JSONL file, as zerorun prepare
 // builds a document: messages -> apply_chat_template(tokenize) ; prompt + completion -> encode(prompt) +
 // encode(completion, no special tokens) + EOS ; text -> encode(text) + EOS. Also the text each document must
-// train on (the assistant contents, the completion, the text).
+// train on (the assistant contents, the completion, the text), and text it must not train on.
 //   node prepare_oracle.mjs MODEL_DIR RECORDS.jsonl OUT.jsonl
 import fs from 'node:fs';
 import path from 'node:path';
@@ -18,11 +18,16 @@ const out = [];
 for (const line of fs.readFileSync(recordsPath, 'utf8').split('\n')) {
   if (!line.trim()) continue;
   const r = JSON.parse(line);
-  let ids, targets;
+  let ids, targets, untargets = [];
   if (r.messages) {
     const enc = tok.apply_chat_template(r.messages, { tokenize: true, return_tensor: false });
     ids = Array.from(enc.input_ids ?? enc);
     targets = r.messages.filter((m) => m.role === 'assistant').map((m) => m.content.split('</think>').pop().trim());
+  } else if (Array.isArray(r.prompt)) {  // conversational prompt-completion: only the completion's turns train
+    const enc = tok.apply_chat_template([...r.prompt, ...r.completion], { tokenize: true, return_tensor: false });
+    ids = Array.from(enc.input_ids ?? enc);
+    targets = r.completion.map((m) => m.content);
+    untargets = r.prompt.filter((m) => m.role === 'assistant').map((m) => m.content);
   } else if (r.prompt !== undefined) {
     ids = [...tok.encode(r.prompt), ...tok.encode(r.completion, { add_special_tokens: false })];
     if (eos !== undefined) ids.push(eos);
@@ -32,6 +37,6 @@ for (const line of fs.readFileSync(recordsPath, 'utf8').split('\n')) {
     if (eos !== undefined) ids.push(eos);
     targets = [tok.decode(ids.slice(1, eos !== undefined ? -1 : undefined))];  // the first token is never a target
   }
-  out.push(JSON.stringify({ ids, targets }));
+  out.push(JSON.stringify({ ids, targets, untargets }));
 }
 fs.writeFileSync(outPath, out.join('\n') + '\n');

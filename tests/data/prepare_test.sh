@@ -40,7 +40,8 @@ for f in "$WORK"/t1/*.bin; do cmp "$f" "$WORK/t2/$(basename "$f")" || fail "$(ba
 echo "threads: $n1 shards, identical with 1 and 2 threads"
 
 # llm.c output (uint16, GPT-2's 50257 tokens) reads back through the llm.c reader; Qwen's vocabulary does not fit.
-"$ZR" prepare /usr/share/common-licenses/GPL-3 --tokenizer "$L/tokenizer-gpt2/models" --format llmc -o "$WORK/g/d" --quiet
+"$ZR" prepare /usr/share/common-licenses/GPL-3 --tokenizer "$L/tokenizer-gpt2/models" --format llmc -o "$WORK/g/d" \
+  --quiet > /dev/null
 python3 - "$WORK/g/d_000000.bin" <<'PY' || fail "llm.c header"
 import struct, sys
 h = struct.unpack("<3i", open(sys.argv[1], "rb").read(12))
