@@ -57,8 +57,10 @@ for cfg in "$DIR"/*.json; do
   done
 done
 # The "auto" values are noted with what was chosen; unknown top-level keys are warnings naming them.
-out=$("$ZR" --config "$DIR/llamafactory_ds_z3_config.json" gpt.bin --steps 1 --seq_len 8 --micro_batch_size 8 2>&1)
-for want in "'gradient_clipping' \"auto\" -> 1.0" "'train_micro_batch_size_per_gpu' \"auto\" -> 8" \
+# (without --micro_batch_size: the HF Trainer's default micro batch, 8, noted as such)
+out=$("$ZR" --config "$DIR/llamafactory_ds_z3_config.json" gpt.bin --steps 1 --seq_len 8 2>&1)
+for want in "'gradient_clipping' \"auto\" -> 1.0" \
+  "'train_micro_batch_size_per_gpu' \"auto\" -> 8 (the HF Trainer's default per_device_train_batch_size" \
   "unknown top-level key 'comms_config' ignored" "unknown top-level key 'monitor_config' ignored" \
   "'zero_optimization.reduce_bucket_size' \"auto\" -> 1024"; do
   if grep -qF -- "$want" <<<"$out"; then ok "logged: $want"; else bad "not logged: $want"; fi

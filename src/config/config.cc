@@ -620,6 +620,10 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
   for (auto [v, key] : {std::pair{tb, "train_batch_size"}, std::pair{mb, "train_micro_batch_size_per_gpu"},
                         std::pair{ga, "gradient_accumulation_steps"}})
     ZR_CHECK(!v || *v > 0, c.source, ": ", key, " must be a positive integer, got ", *v);
+  // A micro batch left "auto" with nothing to derive it from: the HF Trainer's default per_device_train_batch_size.
+  const bool hf_micro =
+      !tb && !mb && c.raw.is_object() && c.raw.value("train_micro_batch_size_per_gpu", json()) == "auto";
+  if (hf_micro) mb = 8;
   // DeepSpeed's _set_batch_related_parameters.
   if (tb && mb && ga) {
   } else if (tb && mb) {
@@ -636,9 +640,7 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
     tb = *mb * W;
   } else {
     ZR_FAIL(c.source, ": either train_batch_size or train_micro_batch_size_per_gpu needs to be provided",
-            c.raw.contains("train_micro_batch_size_per_gpu") ? " (\"auto\": pass --micro_batch_size N, the HF "
-                                                               "Trainer's per_device_train_batch_size)"
-                                                             : "");
+            " (or pass --micro_batch_size N, the HF Trainer's per_device_train_batch_size)");
   }
   ZR_CHECK(*tb > 0 && *mb > 0 && *ga > 0 && *tb == *mb * *ga * W, c.source,
            ": Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
@@ -656,7 +658,9 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
   if (is_auto(c.raw, "train_batch_size")) note("train_batch_size", std::to_string(*tb), rule);
   if (is_auto(c.raw, "train_micro_batch_size_per_gpu"))
     note("train_micro_batch_size_per_gpu", std::to_string(*mb),
-         c.train_batch_size || !c.micro_batch ? rule : "--micro_batch_size, or the config's own value");
+         hf_micro ? "the HF Trainer's default per_device_train_batch_size; --micro_batch_size N sets another"
+         : c.train_batch_size || !c.micro_batch ? rule
+                                                : "--micro_batch_size");
   if (is_auto(c.raw, "gradient_accumulation_steps")) note("gradient_accumulation_steps", std::to_string(*ga), rule);
   // Precision: "auto" -> bf16 on GPUs that have it, fp32 on CPU.
   auto pick = [&](const std::string& v) { return v == "true" || (v == "auto" && ctx.on_gpu); };

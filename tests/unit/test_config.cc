@@ -426,6 +426,15 @@ TEST_CASE("every \"auto\" is resolved and noted with the value and why", "[confi
     INFO(k);
     CHECK(has_note(c, k));
   }
+  // All three batch keys "auto" and no --micro_batch_size: the HF Trainer's default micro batch, 8.
+  Config h = parse(R"({"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+                       "gradient_accumulation_steps": "auto"})");
+  resolve_config(h, rc);
+  CHECK(h.micro == 8);
+  CHECK(h.batch == 16);
+  CHECK(has_note(h, "'train_micro_batch_size_per_gpu' \"auto\" -> 8 (the HF Trainer's default"));
+  Config none = parse(R"({"gradient_accumulation_steps": 2})");
+  CHECK_THAT(error_of([&] { resolve_config(none, rc); }), Catch::Contains("pass --micro_batch_size N"));
   // OneCycle with momentum sets Adam's beta2 to 0.99, as DeepSpeed's does; with SGD it cycles nothing (warning).
   Config oc = parse(R"({"optimizer": {"type": "Adam", "params": {"betas": [0.9, 0.999]}},
       "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0.1, "cycle_max_lr": 1}}})");
