@@ -66,6 +66,17 @@ else
   grep -v "loss" term2.out | tail -5
 fi
 
+# The launcher killed outright (SIGKILL, nothing to forward): mpirun and the ranks end too, none is left behind.
+"$ZR" --num_gpus 2 --config c.json gpt.bin --steps 1000000 --seq_len 16 --log_dir KL >kill.out 2>&1 &
+pid=$!
+for _ in $(seq 300); do [[ -s KL/metrics.jsonl ]] && break; sleep 0.1; done
+kill -KILL $pid
+wait $pid 2>/dev/null
+mine() { for p in $(pgrep -f "log_dir KL"); do [[ "$(readlink /proc/$p/cwd 2>/dev/null)" == "$(pwd -P)" ]] && echo $p; done; }
+for _ in $(seq 100); do [[ -z "$(mine)" ]] && break; sleep 0.1; done
+if [[ -z "$(mine)" ]]; then ok "launcher killed with SIGKILL: no mpirun or rank left"; else
+  bad "processes left after the launcher's SIGKILL: $(mine | tr '\n' ' ')"; kill -9 $(mine); fi
+
 # 3. Shards and model files that are not regular files: an error naming them, exit 1 (never a hang on a FIFO).
 "$ZR" --config c.json gpt.bin --steps 2 --seq_len 16 --save_dir R >/dev/null 2>&1
 shard=R/global_step2/zero_rank_00000.safetensors

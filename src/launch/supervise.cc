@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -97,6 +98,7 @@ int supervise(const std::vector<std::string>& argv, const std::string& save_dir)
   sigprocmask(SIG_BLOCK, &stops, &old);
   std::fflush(stdout);
   std::fflush(stderr);
+  const pid_t parent = getpid();
   const pid_t child = fork();
   ZR_CHECK(child >= 0, "cannot start ", argv[0], ": fork: ", std::strerror(errno));
   if (child == 0) {
@@ -104,6 +106,9 @@ int supervise(const std::vector<std::string>& argv, const std::string& save_dir)
     // this launcher as a graceful stop, not through mpirun as a kill. No terminal input: a background process group
     // reading it would be stopped.
     setpgid(0, 0);
+    // The launcher killed outright (SIGKILL: nothing to forward) still ends the job, not an orphaned mpirun.
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() != parent) _exit(128 + SIGTERM);
     const int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, 0);
     sigprocmask(SIG_SETMASK, &old, nullptr);
