@@ -66,7 +66,7 @@ class LrSchedule {
   int64_t last_batch_iteration_ = -1;
   bool cycle_momentum_ = false;
   std::string type_;
-  double base_lr_, base_beta1_;
+  double base_lr_;
   nlohmann::json p_;
   double get(const char* k, double def) const;
 };

@@ -8,7 +8,7 @@
 namespace zerorun {
 
 LrSchedule::LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64_t total_steps)
-    : type_(s.type), base_lr_(o.lr), base_beta1_(o.type == "SGD" ? o.momentum : o.beta1), p_(s.params) {
+    : type_(s.type), base_lr_(o.lr), p_(s.params) {
   // "auto" values (resolve_config fills them for a run; these are for library callers): max lr = optimizer lr,
   // total = the run's steps, others their defaults.
   for (auto& [k, v] : p_.items()) {
