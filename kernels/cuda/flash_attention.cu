@@ -21,8 +21,8 @@ struct Dims {
   int window;
 };
 Dims dims(const AttnDims& d) {
-  return {(int)d.T,          (int)d.H,       (int)d.K,        (int)d.D, (int)d.width(), (int)d.out_width(),
-          (int)d.rep(),      d.scale,        d.softcap,       (int)d.window};
+  return {(int)d.T,           (int)d.H,     (int)d.K, (int)d.D,  (int)d.width(),
+          (int)d.out_width(), (int)d.rep(), d.scale,  d.softcap, (int)d.window};
 }
 // Whether query t sees key s.
 __device__ inline bool visible(const Dims& p, int t, int s) { return s <= t && (p.window == 0 || t - s < p.window); }
@@ -239,8 +239,8 @@ void fwd_t(const float* qkv, float* out, float* lse, int B, const Dims& p) {
 void row_delta(const float* out, const float* dout, float* delta, int B, const Dims& p) {
   const int64_t n = (int64_t)B * p.H * p.T;
   if (n == 0) return;
-  k_delta<<<(unsigned)std::min<int64_t>((n + 7) / 8, 1 << 16), 256, 0, cuda::stream()>>>(out, dout, delta, B, p.T,
-                                                                                          p.H, p.D);
+  k_delta<<<(unsigned)std::min<int64_t>((n + 7) / 8, 1 << 16), 256, 0, cuda::stream()>>>(out, dout, delta, B, p.T, p.H,
+                                                                                         p.D);
   ZR_CUDA(cudaGetLastError());
 }
 

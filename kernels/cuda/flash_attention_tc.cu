@@ -1,23 +1,30 @@
 // Tensor-core causal flash attention for 16-bit runs (bf16 or fp16 operands,
-// fp32 accumulation and softmax), head size 64, FlashAttention-2 style: raw
-// mma.sync m16n8k16 with the scores, probabilities and outputs held in
-// registers (the score accumulator fragment is re-packed in place as the next
-// product's A operand), tiles fed by ldmatrix from padded shared memory and
-// double-buffered with cp.async.
+// fp32 accumulation and softmax), head sizes 64, 80, 96, 128 and 256,
+// FlashAttention-2 style: raw mma.sync m16n8k16 with the scores, probabilities
+// and outputs held in registers (the score accumulator fragment is re-packed in
+// place as the next product's A operand), tiles fed by ldmatrix from padded
+// shared memory and double-buffered with cp.async.
 //
-// The kernels read 16-bit qkv [B, T, 3C] and output gradient [B, T, C] where
-// they lie (strided rows, no packed copies; rows past T are zero-filled in
-// shared memory), write the output in f32 or 16 bits, and the qkv gradient
-// added into / written over f32, or written in 16 bits. The softmax runs on
-// exp2 of the scores times log2(e)/sqrt(64). The forward's tilings are swept by
-// bench/attn_probe.cc (training uses 32 query rows a warp, 4 warps, 64-key
-// tiles, Q re-read from shared memory). Blocks take every head's longest tile
-// first (the causal tail wave then holds the short ones). The backward runs as
-// FlashAttention-2's five products in one kernel per block of 128 keys (32 a
-// warp; dK, dV in registers, dQ added into an f32 accumulator with atomics,
-// once per query tile and key block); the atomic-free
-// alternative (ZERORUN_ATTN_ATOMICS=0) is one kernel per key block and one per
-// query block, seven products, the same bits every run.
+// The kernels read 16-bit qkv [B, T, (H + 2K) D] and output gradient
+// [B, T, H D] where they lie (strided rows, no packed copies; rows past T are
+// zero-filled in shared memory), write the output in f32 or 16 bits, and the
+// qkv gradient added into / written over f32, or written in 16 bits. Query
+// head h reads key/value head h / (H / K) in place; the key/value kernels of
+// the backward run over the key/value heads and add the gradient of every
+// query head of the group in registers. Options (cpu::AttnDims): any scale, a
+// sliding window (key tiles wholly outside every row's window are skipped, the
+// rest masked), Gemma 2's soft-capping (the backward recovers tanh from the
+// probability: logit = log2(p) + lse). The softmax runs on exp2 of the scores
+// times log2(e) * scale. The forward's tilings are swept by bench/attn_probe.cc
+// (at head size 64 training uses 32 query rows a warp, 4 warps, 64-key tiles, Q
+// re-read from shared memory). Blocks take every head's longest tile first
+// (the causal tail wave then holds the short ones). The backward runs as
+// FlashAttention-2's five products in one kernel per block of keys (head size
+// 64: 128 keys, 32 a warp; larger: 64 keys, 16 a warp; dK, dV in registers, dQ
+// added into an f32 accumulator with atomics, once per query tile and key
+// block); the atomic-free alternative (ZERORUN_ATTN_ATOMICS=0) is one kernel
+// per key block and one per query block, seven products, the same bits every
+// run.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -31,13 +38,37 @@
 namespace zerorun::kernels::flash {
 namespace {
 
-constexpr int HS = 64;           // head size
-constexpr int kWarps = 4;        // warps per block, 16 rows each
+constexpr int kWarps = 4;        // warps per block, 16 rows each (backward)
 constexpr int BR = 16 * kWarps;  // rows (queries or keys) a block owns = rows of a streamed tile
-constexpr int LD = HS + 8;       // shared-memory row stride (elements): 144 B, ldmatrix conflict-free
-constexpr int kTile = BR * LD;   // elements of one tile in shared memory
+template <int HS>
+constexpr int LDof = HS + 8;  // shared-memory row stride (elements): an odd number of 16-byte units, ldmatrix
+                              // conflict-free
+template <int HS>
+constexpr int TileOf = BR* LDof<HS>;  // elements of one BR-row tile in shared memory
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
+
+// The sizes and options as the kernels take them.
+struct TcDims {
+  int T, H, K, W, O, rep, window;  // W: a qkv row, O: an output row (elements)
+  float qk;                        // no cap: raw q.k -> log2-domain logit (scale * log2(e))
+  float pre2, post;                // cap: logit = tanh(q.k scale / softcap) * post, tanh(x) from ex2(x * pre2 / x)
+  float inv_post;                  // 1 / post
+  float scale;                     // the products dQ = dS K and dK = dS^T Q are multiplied by it
+  bool cap;
+};
+TcDims tc_dims(const AttnDims& d) {
+  TcDims p;
+  p.T = (int)d.T, p.H = (int)d.H, p.K = (int)d.K, p.W = (int)d.width(), p.O = (int)d.out_width();
+  p.rep = (int)d.rep(), p.window = (int)d.window;
+  p.qk = d.scale * kLog2e;
+  p.cap = d.softcap > 0.f;
+  p.pre2 = p.cap ? 2.f * kLog2e * d.scale / d.softcap : 0.f;
+  p.post = p.cap ? d.softcap * kLog2e : 0.f;
+  p.inv_post = p.cap ? 1.f / p.post : 0.f;
+  p.scale = d.scale;
+  return p;
+}
 
 // ---- PTX wrappers ----------------------------------------------------------------
 template <bool BF>
@@ -62,6 +93,18 @@ __device__ inline float ex2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+}
+// The soft-capped log2-domain logit of a raw q.k: tanh(x) = 1 - 2 / (e^2x + 1) (absolute error ~1e-7; tanh.approx's
+// is ~1e-3 of the cap), times softcap * log2(e).
+__device__ inline float capped(float s, const TcDims& p) {
+  return (1.f - __fdividef(2.f, ex2(s * p.pre2) + 1.f)) * p.post;
+}
+// The soft-cap's derivative 1 - tanh^2 at a probability p = 2^(logit - L) (L: the row's log2 log-sum-exp): tanh is
+// (log2(p) + L) / post. 0 where p is (p multiplies it).
+__device__ inline float dcap(float pr, float L, const TcDims& p) {
+  if (pr <= 0.f) return 0.f;
+  const float th = (__log2f(pr) + L) * p.inv_post;
+  return 1.f - th * th;
 }
 
 __device__ inline uint32_t smem_addr(const void* p) { return static_cast<uint32_t>(__cvta_generic_to_shared(p)); }
@@ -99,10 +142,11 @@ __device__ inline uint32_t pack2(float lo, float hi) {
 }
 
 // ---- tiles and warp-level products ------------------------------------------------
-// A ROWS x HS tile: rows r0 .. r0 + BR - 1 of a head (`g` = its row 0, rows `ld` elements apart) into shared
+// A ROWS x HS tile: rows r0 .. r0 + ROWS - 1 of a head (`g` = its row 0, rows `ld` elements apart) into shared
 // memory (stride LD); rows at or past T are zeros.
-template <int ROWS = BR>
+template <int HS, int ROWS = BR>
 __device__ inline void load_tile(uint16_t* s, const uint16_t* g, int64_t ld, int r0, int T) {
+  constexpr int LD = LDof<HS>;
   for (int i = threadIdx.x; i < ROWS * (HS / 8); i += blockDim.x) {
     const int r = i / (HS / 8), c = (i % (HS / 8)) * 8;
     if (r0 + r < T)
@@ -112,31 +156,39 @@ __device__ inline void load_tile(uint16_t* s, const uint16_t* g, int64_t ld, int
   }
 }
 
-using Acc = float[8][4];  // a warp's 16 x 64 fp32 tile: 8 n-tiles of m16n8 accumulator fragments
+template <int NT>
+using AccN = float[NT][4];  // a warp's 16 x 8NT fp32 tile: NT n-tiles of m16n8 accumulator fragments
+template <int HS>
+using AccO = AccN<HS / 8>;  // 16 rows x the head size
+using AccS = AccN<BR / 8>;  // 16 rows x a 64-row tile's scores
 
-__device__ inline void zero(Acc& a) {
+template <int NT>
+__device__ inline void zero(AccN<NT>& a) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int n = 0; n < NT; ++n)
 #pragma unroll
     for (int e = 0; e < 4; ++e) a[n][e] = 0.f;
 }
 
-using Frag = uint32_t[4][4];  // a warp's 16 x HS A operand in registers: 4 k-chunks of m16k16 fragments
+template <int HS>
+using Frag = uint32_t[HS / 16][4];  // a warp's 16 x HS A operand in registers: k-chunks of m16k16 fragments
 
-// The A operand of 16 rows (shared, stride LD) into registers, read once for a whole kernel.
-__device__ inline void load_frag(Frag& f, const uint16_t* A, int lane) {
+// The A operand of 16 rows (shared, stride LD) into registers.
+template <int HS>
+__device__ inline void load_frag(Frag<HS>& f, const uint16_t* A, int lane) {
 #pragma unroll
-  for (int kc = 0; kc < HS / 16; ++kc) ldsm4(f[kc], A + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+  for (int kc = 0; kc < HS / 16; ++kc) ldsm4(f[kc], A + (lane & 15) * LDof<HS> + kc * 16 + (lane >> 4) * 8);
 }
 
 // acc = A B^T: A = the warp's 16 rows (fragments), B = 64 rows (shared, stride LD), both 16 x / 64 x HS.
-template <bool BF>
-__device__ inline void mm_abt(Acc& acc, const Frag& a, const uint16_t* B, int lane) {
+template <bool BF, int HS>
+__device__ inline void mm_abt(AccS& acc, const Frag<HS>& a, const uint16_t* B, int lane) {
+  constexpr int LD = LDof<HS>;
   zero(acc);
 #pragma unroll
   for (int kc = 0; kc < HS / 16; ++kc) {
 #pragma unroll
-    for (int np = 0; np < 4; ++np) {
+    for (int np = 0; np < BR / 16; ++np) {
       uint32_t b[4];
       ldsm4(b, B + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kc * 16 + ((lane >> 3) & 1) * 8);
       mma<BF>(acc[2 * np], a[kc], b[0], b[1]);
@@ -145,11 +197,12 @@ __device__ inline void mm_abt(Acc& acc, const Frag& a, const uint16_t* B, int la
   }
 }
 
-// acc += A M_kc: A = one 16 x 16 fragment, M_kc = rows kc * 16 .. +15 of M (shared, stride LD) x HS columns.
-template <bool BF>
-__device__ inline void mm_a_rows(Acc& acc, const uint32_t (&a)[4], const uint16_t* M, int kc, int lane) {
+// acc += A M_kc: A = one 16 x 16 fragment, M_kc = rows kc * 16 .. +15 of M (shared, stride LD) x NC columns.
+template <bool BF, int HS, int NC = HS>
+__device__ inline void mm_a_rows(AccN<NC / 8>& acc, const uint32_t (&a)[4], const uint16_t* M, int kc, int lane) {
+  constexpr int LD = LDof<HS>;
 #pragma unroll
-  for (int np = 0; np < HS / 16; ++np) {
+  for (int np = 0; np < NC / 16; ++np) {
     uint32_t b[4];
     ldsm4_t(b, M + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + np * 16 + (lane >> 4) * 8);
     mma<BF>(acc[2 * np], a, b[0], b[1]);
@@ -157,22 +210,41 @@ __device__ inline void mm_a_rows(Acc& acc, const uint32_t (&a)[4], const uint16_
   }
 }
 
-// acc += P M: P = 16 x 64 in accumulator layout (rounded to 16 bits here), M = 64 x HS (shared, stride LD).
-template <bool BF>
-__device__ inline void mm_pm(Acc& acc, const Acc& p, const uint16_t* M, int lane) {
+// acc += P M: P = 16 x 64 in accumulator layout (rounded to 16 bits here), M = 64 x NC (shared, stride LD).
+template <bool BF, int HS, int NC = HS>
+__device__ inline void mm_pm(AccN<NC / 8>& acc, const AccS& p, const uint16_t* M, int lane) {
 #pragma unroll
   for (int kc = 0; kc < BR / 16; ++kc) {
     const uint32_t a[4] = {pack2<BF>(p[2 * kc][0], p[2 * kc][1]), pack2<BF>(p[2 * kc][2], p[2 * kc][3]),
                            pack2<BF>(p[2 * kc + 1][0], p[2 * kc + 1][1]),
                            pack2<BF>(p[2 * kc + 1][2], p[2 * kc + 1][3])};
-    mm_a_rows<BF>(acc, a, M, kc, lane);
+    mm_a_rows<BF, HS, NC>(acc, a, M, kc, lane);
+  }
+}
+
+// acc = A B^T with A's 16 rows read from shared memory (stride LD) one k-chunk at a time (no fragments held).
+template <bool BF, int HS>
+__device__ inline void mm_abt_s(AccS& acc, const uint16_t* A, const uint16_t* B, int lane) {
+  constexpr int LD = LDof<HS>;
+  zero(acc);
+#pragma unroll
+  for (int kc = 0; kc < HS / 16; ++kc) {
+    uint32_t a[4];
+    ldsm4(a, A + (lane & 15) * LD + kc * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < BR / 16; ++np) {
+      uint32_t b[4];
+      ldsm4(b, B + (np * 16 + (lane & 7) + ((lane >> 4) << 3)) * LD + kc * 16 + ((lane >> 3) & 1) * 8);
+      mma<BF>(acc[2 * np], a, b[0], b[1]);
+      mma<BF>(acc[2 * np + 1], a, b[2], b[3]);
+    }
   }
 }
 
 // dst rows (this lane's two rows of the warp's 16, `row0` = the first one's global index; rows >= T skipped)
 // += mul * acc; dst points at column 0 of the head in row 0, rows `ld` apart.
-template <bool BF>
-__device__ inline void add_rows(const Acc& acc, float* dst, uint16_t* dst16, int64_t ld, int row0, int T, int lane,
+template <bool BF, int HS>
+__device__ inline void add_rows(const AccO<HS>& acc, float* dst, uint16_t* dst16, int64_t ld, int row0, int T, int lane,
                                 float mul, bool accumulate) {
   const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -182,13 +254,13 @@ __device__ inline void add_rows(const Acc& acc, float* dst, uint16_t* dst16, int
     if (dst16) {  // 16-bit gradient: written, never accumulated
       uint16_t* d = dst16 + (size_t)r * ld + 2 * t;
 #pragma unroll
-      for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < HS / 8; ++n)
         *reinterpret_cast<uint32_t*>(d + 8 * n) = pack2<BF>(mul * acc[n][2 * half], mul * acc[n][2 * half + 1]);
       continue;
     }
     float* d = dst + (size_t)r * ld + 2 * t;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < HS / 8; ++n) {
       float2 v = accumulate ? *reinterpret_cast<float2*>(d + 8 * n) : make_float2(0.f, 0.f);
       v.x += mul * acc[n][2 * half];
       v.y += mul * acc[n][2 * half + 1];
@@ -219,22 +291,26 @@ __device__ inline void ld8(const O* p, float (&v)[8]) {
   }
 }
 
-// delta[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i]: eight lanes per (b, t, h), eight elements each (16-byte
-// loads); a warp covers four consecutive (row, head) pairs. The loop is warp-uniform (the shuffles need all lanes).
-template <bool BF, class O>
-__global__ void k_delta(const O* out, const uint16_t* dout, float* delta, int B, int T, int C, int H) {
+// delta[b, h, t] = sum_i dO[b, t, h, i] O[b, t, h, i]: eight lanes per (b, t, h), eight elements a lane at a time
+// (16-byte loads); a warp covers four consecutive (row, head) pairs. The loop is warp-uniform (the shuffles need all
+// lanes).
+template <bool BF, int HS, class O>
+__global__ void k_delta(const O* out, const uint16_t* dout, float* delta, int B, int T, int H) {
   const int64_t n = (int64_t)B * H * T, step = (int64_t)gridDim.x * blockDim.x / 8;
   const int lane = threadIdx.x & 31, sub = lane & 7;
   for (int64_t base = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32 * 4; base < n; base += step) {
     const int64_t w = base + lane / 8;  // (b * T + t) * H + h
     float s = 0.f;
     if (w < n) {
-      const int64_t off = (w / H) * C + (w % H) * HS + 8 * sub;
-      float o[8], d[8];
-      ld8<BF>(out + off, o);
-      ld8<BF>(dout + off, d);
+      const int64_t row = (w / H) * H * HS + (w % H) * HS;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s += o[i] * d[i];
+      for (int c = sub; c < HS / 8; c += 8) {
+        float o[8], d[8];
+        ld8<BF>(out + row + 8 * c, o);
+        ld8<BF>(dout + row + 8 * c, d);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) s += o[i] * d[i];
+      }
     }
     s += __shfl_xor_sync(0xffffffffu, s, 1);
     s += __shfl_xor_sync(0xffffffffu, s, 2);
@@ -257,31 +333,28 @@ __device__ inline int3 tile_of_block() {
   return make_int3(lin / nbh, bh % gridDim.y, bh / gridDim.y);
 }
 
+// Whether query t sees key s.
+__device__ inline bool hidden(int t, int s, int window) { return s > t || (window > 0 && t - s >= window); }
+
 // ---- forward ------------------------------------------------------------------------
 // Templated on the tiling (a sweep for bench/attn_probe.cc): MT m16 tiles of query rows per warp (MT = 2: every
 // K / V fragment read from shared memory feeds two products), NW warps a block, KT keys a streamed tile, QR: the
 // warp's Q fragments kept in registers (else re-read from shared memory every key tile, fewer registers), MB: the
 // blocks an SM the registers are sized for (0: the compiler's choice). Training uses tiling 0 (fwd_e lists them).
-constexpr int kFwdCfgs = 13;
-constexpr float kQk = kLog2e / 8.f;  // scores -> log2 domain: log2(e) / sqrt(HS)
-constexpr float kInvSqrtHs = 1.f / 8.f;
-
-template <int MT, int NW, int KT, bool QR, int MB>
+template <int HS, int MT, int NW, int KT, bool QR, int MB>
 struct FwdCfg {
-  static constexpr int BQ = 16 * MT * NW;                              // query rows a block
-  static constexpr size_t smem = 2 * (size_t)(BQ * LD + 4 * KT * LD);  // Q + double-buffered K, V
-  static constexpr int NT = KT / 8;                                    // n8 tiles of a score row
+  static constexpr int BQ = 16 * MT * NW;                                          // query rows a block
+  static constexpr size_t smem = 2 * (size_t)(BQ * LDof<HS> + 4 * KT * LDof<HS>);  // Q + double-buffered K, V
+  static constexpr int NT = KT / 8;                                                // n8 tiles of a score row
   static constexpr int kMinBlocks = MB > 0 ? MB : 1;
 };
 
-template <int NT>
-using AccN = float[NT][4];
-
 // acc[mt] = Q_mt K^T; K = NT * 8 rows (shared, stride LD). QR: Q_mt from the fragments qf, else from shared
 // memory (Qw = the warp's first row, stride LD) one k-chunk at a time.
-template <bool BF, int MT, int NT, bool QR>
-__device__ inline void mm_qk(AccN<NT> (&acc)[MT], const Frag (&qf)[QR ? MT : 1], const uint16_t* Qw, const uint16_t* K,
-                             int lane) {
+template <bool BF, int HS, int MT, int NT, bool QR>
+__device__ inline void mm_qk(AccN<NT> (&acc)[MT], const Frag<HS> (&qf)[QR ? MT : 1], const uint16_t* Qw,
+                             const uint16_t* K, int lane) {
+  constexpr int LD = LDof<HS>;
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -312,9 +385,10 @@ __device__ inline void mm_qk(AccN<NT> (&acc)[MT], const Frag (&qf)[QR ? MT : 1],
   }
 }
 
-// acc[mt] += P_mt V (P in accumulator layout, rounded to 16 bits here); V = NT * 8 rows.
-template <bool BF, int MT, int NT>
-__device__ inline void mm_pv(Acc (&acc)[MT], const AccN<NT> (&p)[MT], const uint16_t* V, int lane) {
+// acc[mt] += P_mt V (P in accumulator layout, rounded to 16 bits here); V = NT * 8 rows x HS.
+template <bool BF, int HS, int MT, int NT>
+__device__ inline void mm_pv(AccO<HS> (&acc)[MT], const AccN<NT> (&p)[MT], const uint16_t* V, int lane) {
+  constexpr int LD = LDof<HS>;
 #pragma unroll
   for (int kc = 0; kc < NT / 2; ++kc) {
     uint32_t a[MT][4];
@@ -338,30 +412,38 @@ __device__ inline void mm_pv(Acc (&acc)[MT], const AccN<NT> (&p)[MT], const uint
   }
 }
 
-template <bool BF, int MT, int NW, int KT, bool QR, int MB, bool LPT>
-__global__ void __launch_bounds__(32 * NW, FwdCfg<MT, NW, KT, QR, MB>::kMinBlocks)
-    k_fwd(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int T, int C, int H) {
-  using Cfg = FwdCfg<MT, NW, KT, QR, MB>;
-  constexpr int BQ = Cfg::BQ, NT = Cfg::NT, QW = 16 * MT;
+// OPT: the sliding window and soft-capping compiled in (else p.window and p.cap are ignored: plain causal attention,
+// fewer registers).
+template <bool BF, int HS, int MT, int NW, int KT, bool QR, int MB, bool LPT, bool OPT>
+__global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMinBlocks))
+    k_fwd(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, TcDims p) {
+  using Cfg = FwdCfg<HS, MT, NW, KT, QR, MB>;
+  constexpr int BQ = Cfg::BQ, NT = Cfg::NT, QW = 16 * MT, LD = LDof<HS>;
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Qs = sm;            // [BQ][LD]
   uint16_t* Ks = Qs + BQ * LD;  // [2][KT][LD]
   uint16_t* Vs = Ks + 2 * KT * LD;
   const int3 tile = tile_of_block<LPT>();
+  const int T = p.T, window = OPT ? p.window : 0;
+  const bool cap = OPT && p.cap;
   const int nq = (T + BQ - 1) / BQ, qb = nq - 1 - tile.x;  // the longest rows first
-  const int b = tile.z, h = tile.y, q0 = qb * BQ;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int b = tile.z, h = tile.y, g = h / p.rep, q0 = qb * BQ;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
   const int w0 = q0 + warp * QW;  // the warp's first query row
-  const int64_t ld = 3 * (int64_t)C;
-  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
-  const uint16_t *kh = qh + C, *vh = qh + 2 * C;
-  const int nk = (min(T, q0 + BQ) + KT - 1) / KT;  // key tiles up to the block's last query
-  load_tile<BQ>(Qs, qh, ld, q0, T);
-  load_tile<KT>(Ks, kh, ld, 0, T);
-  load_tile<KT>(Vs, vh, ld, 0, T);
+  const int64_t ld = p.W;
+  const uint16_t* xb = qkv + (size_t)b * T * ld;
+  const uint16_t* qh = xb + h * HS;
+  const uint16_t *kh = xb + (p.H + g) * HS, *vh = xb + (p.H + p.K + g) * HS;
+  // Key tiles from the one holding the block's first query's first key to the one holding its last query.
+  const int j0 = window > 0 ? max(0, q0 - window + 1) / KT : 0;
+  const int nk = (min(T, q0 + BQ) + KT - 1) / KT;
+  const float f = cap ? 1.f : p.qk;  // logits -> log2 domain (capped ones already are)
+  load_tile<HS, BQ>(Qs, qh, ld, q0, T);
+  load_tile<HS, KT>(Ks, kh, ld, j0 * KT, T);
+  load_tile<HS, KT>(Vs, vh, ld, j0 * KT, T);
   cp_commit();
-  Frag qf[QR ? MT : 1];  // unused without QR
-  Acc o[MT];
+  Frag<HS> qf[QR ? MT : 1];  // unused without QR
+  AccO<HS> o[MT];
   AccN<NT> s[MT];
   float m[MT][2], l[MT][2];
 #pragma unroll
@@ -370,31 +452,39 @@ __global__ void __launch_bounds__(32 * NW, FwdCfg<MT, NW, KT, QR, MB>::kMinBlock
     m[mt][0] = m[mt][1] = -INFINITY;
     l[mt][0] = l[mt][1] = 0.f;
   }
-  for (int j = 0; j < nk; ++j) {
-    const int buf = j & 1;
+  for (int j = j0; j < nk; ++j) {
+    const int buf = (j - j0) & 1;
     if (j + 1 < nk) {
-      load_tile<KT>(Ks + (buf ^ 1) * KT * LD, kh, ld, (j + 1) * KT, T);
-      load_tile<KT>(Vs + (buf ^ 1) * KT * LD, vh, ld, (j + 1) * KT, T);
+      load_tile<HS, KT>(Ks + (buf ^ 1) * KT * LD, kh, ld, (j + 1) * KT, T);
+      load_tile<HS, KT>(Vs + (buf ^ 1) * KT * LD, vh, ld, (j + 1) * KT, T);
       cp_commit();
       cp_wait<1>();
     } else {
       cp_wait<0>();
     }
     __syncthreads();
-    if (QR && j == 0)
+    if (QR && j == j0)
 #pragma unroll
-      for (int mt = 0; mt < MT; ++mt) load_frag(qf[QR ? mt : 0], Qs + (warp * QW + mt * 16) * LD, lane);
+      for (int mt = 0; mt < MT; ++mt) load_frag<HS>(qf[QR ? mt : 0], Qs + (warp * QW + mt * 16) * LD, lane);
     const int k0 = j * KT;
-    if (k0 <= w0 + QW - 1) {  // else every key of the tile is after all of the warp's queries
-      mm_qk<BF, MT, NT, QR>(s, qf, Qs + warp * QW * LD, Ks + buf * KT * LD, lane);
+    // Else every key of the tile is after all of the warp's queries, or before all of their windows.
+    if (k0 <= w0 + QW - 1 && !(window > 0 && w0 - (k0 + KT - 1) >= window)) {
+      mm_qk<BF, HS, MT, NT, QR>(s, qf, Qs + warp * QW * LD, Ks + buf * KT * LD, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
-        if (k0 + KT - 1 > w0 + mt * 16)  // the tile reaches past this m-tile's first query: mask key > query
+        const int r0 = w0 + mt * 16;  // the m-tile's first query
+        if (cap)
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) s[mt][n][e] = capped(s[mt][n][e], p);
+        // The tile reaches past this m-tile's first query, or before its last query's window: mask.
+        if (k0 + KT - 1 > r0 || (window > 0 && r0 + 15 - k0 >= window))
 #pragma unroll
           for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              if (k0 + 8 * n + 2 * t4 + (e & 1) > w0 + mt * 16 + g + 8 * (e >> 1)) s[mt][n][e] = -INFINITY;
+              if (hidden(r0 + gr + 8 * (e >> 1), k0 + 8 * n + 2 * t4 + (e & 1), window)) s[mt][n][e] = -INFINITY;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float mx = -INFINITY;
@@ -402,25 +492,26 @@ __global__ void __launch_bounds__(32 * NW, FwdCfg<MT, NW, KT, QR, MB>::kMinBlock
           for (int n = 0; n < NT; ++n) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
           mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float mn = fmaxf(m[mt][r], mx * kQk);  // running max, log2 domain
-          const float corr = ex2(m[mt][r] - mn);       // m = -inf on the first tile: 0
+          const float mn = fmaxf(m[mt][r], mx * f);              // running max, log2 domain
+          const float mref = OPT && mn == -INFINITY ? 0.f : mn;  // a row with no key seen yet (window): p = 0
+          const float corr = ex2(m[mt][r] - mref);               // m = -inf on the first tile: 0
           m[mt][r] = mn;
           float sum = 0.f;
 #pragma unroll
           for (int n = 0; n < NT; ++n) {
-            s[mt][n][2 * r] = ex2(fmaf(s[mt][n][2 * r], kQk, -mn));
-            s[mt][n][2 * r + 1] = ex2(fmaf(s[mt][n][2 * r + 1], kQk, -mn));
+            s[mt][n][2 * r] = ex2(fmaf(s[mt][n][2 * r], f, -mref));
+            s[mt][n][2 * r + 1] = ex2(fmaf(s[mt][n][2 * r + 1], f, -mref));
             sum += s[mt][n][2 * r] + s[mt][n][2 * r + 1];
           }
 #pragma unroll
-          for (int n = 0; n < 8; ++n) {
+          for (int n = 0; n < HS / 8; ++n) {
             o[mt][n][2 * r] *= corr;
             o[mt][n][2 * r + 1] *= corr;
           }
           l[mt][r] = l[mt][r] * corr + sum;  // this lane's part of the row sum
         }
       }
-      mm_pv<BF, MT, NT>(o, s, Vs + buf * KT * LD, lane);
+      mm_pv<BF, HS, MT, NT>(o, s, Vs + buf * KT * LD, lane);
     }
     __syncthreads();  // the buffer is refilled in the next iteration
   }
@@ -431,27 +522,36 @@ __global__ void __launch_bounds__(32 * NW, FwdCfg<MT, NW, KT, QR, MB>::kMinBlock
       float lr = l[mt][r];
       lr += __shfl_xor_sync(0xffffffffu, lr, 1);
       lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-      const int tq = w0 + mt * 16 + g + 8 * r;
+      const int tq = w0 + mt * 16 + gr + 8 * r;
       if (tq >= T) continue;
       const float inv = 1.f / lr;
-      const size_t off = ((size_t)b * T + tq) * C + h * HS + 2 * t4;
+      const size_t off = ((size_t)b * T + tq) * p.O + h * HS + 2 * t4;
       if (out16) {
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+        for (int n = 0; n < HS / 8; ++n)
           *reinterpret_cast<uint32_t*>(out16 + off + 8 * n) =
               pack2<BF>(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
       } else {
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
+        for (int n = 0; n < HS / 8; ++n)
           *reinterpret_cast<float2*>(out + off + 8 * n) = make_float2(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
       }
-      if (t4 == 0) lse[((size_t)b * H + h) * T + tq] = (m[mt][r] + log2f(lr)) * kLn2;
+      if (t4 == 0) lse[((size_t)b * p.H + h) * T + tq] = (m[mt][r] + log2f(lr)) * kLn2;
     }
 }
 
 // ---- backward: dK, dV per key block --------------------------------------------------
-// Shared: K, V of the block; double-buffered Q, dO tiles and their rows' log2 lse / delta.
-constexpr size_t kKvSmem = 2 * (size_t)(6 * kTile) + sizeof(float) * 4 * BR;
+// The key-block kernels run over (key block, key/value head g, batch) and iterate over the query tiles of every query
+// head of g in turn: iteration `it` is query head g * rep + it / nj, query tile j0 + it % nj.
+struct KvIter {
+  int h, j;
+};
+__device__ inline KvIter kv_iter(int it, int g, int rep, int j0, int nj) { return {g * rep + it / nj, j0 + it % nj}; }
+// The query tiles after j0 whose queries see a key of [k0, k0 + keys): to the last key's window end.
+__device__ inline int kv_tiles_end(int k0, int keys, int T, int window) {
+  const int nt = (T + BR - 1) / BR;
+  return window > 0 ? min(nt, (k0 + keys - 1 + window - 1) / BR + 1) : nt;
+}
 
 // Row terms of query tile `t0` into shared memory: L = lse * log2(e) (+inf past T: p = 0), D = delta (0 past T).
 __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, const float* delta, int t0, int T) {
@@ -461,36 +561,32 @@ __device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, co
     Ds[i] = t < T ? delta[t] : 0.f;
   }
 }
-
-// The key-block kernels' pipeline step for query tile j (in buffer `buf`): starts loading tile j + 1 (Q, dO,
-// row terms) into the other buffer, then waits until tile j is in shared memory for the whole block.
-__device__ inline void next_q_tile(uint16_t* Qs, uint16_t* dOs, float* Ls, float* Ds, int buf, const uint16_t* qh,
-                                   const uint16_t* dh, const float* L, const float* Dl, int64_t ld, int C, int j,
-                                   int nt, int T) {
-  if (j + 1 < nt) {
-    load_tile(Qs + (buf ^ 1) * kTile, qh, ld, (j + 1) * BR, T);
-    load_tile(dOs + (buf ^ 1) * kTile, dh, C, (j + 1) * BR, T);
-    cp_commit();
-    load_row_terms(Ls + (buf ^ 1) * BR, Ds + (buf ^ 1) * BR, L, Dl, (j + 1) * BR, T);
-    cp_wait<1>();
-  } else {
-    cp_wait<0>();
-  }
-  __syncthreads();
+// Iteration it's Q, dO tiles and row terms into buffer `buf` (one cp.async group).
+template <int HS>
+__device__ inline void load_q_iter(uint16_t* Qs, uint16_t* dOs, float* Ls, float* Ds, int buf, const uint16_t* xb,
+                                   const uint16_t* db, const float* lse, const float* delta, const TcDims& p, int b,
+                                   KvIter it) {
+  constexpr int TILE = TileOf<HS>;
+  load_tile<HS>(Qs + buf * TILE, xb + it.h * HS, p.W, it.j * BR, p.T);
+  load_tile<HS>(dOs + buf * TILE, db + it.h * HS, p.O, it.j * BR, p.T);
+  cp_commit();
+  const size_t row = ((size_t)b * p.H + it.h) * p.T;
+  load_row_terms(Ls + buf * BR, Ds + buf * BR, lse + row, delta + row, it.j * BR, p.T);
 }
 
 // dQ rows warp*16 .. +15 of the query tile starting at row q0: dS (queries x the block's KEYS keys; dS^T in shared
-// memory, read transposed) times K (shared, KEYS rows), added into the f32 accumulator dqh [T, HS] with float2
-// atomics; `acc` is the scratch tile.
-template <bool BF, int KEYS>
-__device__ inline void add_dq(Acc& acc, const uint16_t* dSs, const uint16_t* Ks, float* dqh, int q0, int T, int warp,
-                              int lane) {
+// memory, read transposed) times K (shared, KEYS rows; NC of its columns), added into the f32 accumulator dqh
+// [T, HS] (the same NC columns) with float2 atomics; `acc` is the scratch tile.
+template <bool BF, int HS, int KEYS, int NC = HS>
+__device__ inline void add_dq(AccN<NC / 8>& acc, const uint16_t* dSs, const uint16_t* Ks, float* dqh, int q0, int T,
+                              int warp, int lane) {
+  constexpr int LD = LDof<HS>;
   zero(acc);
 #pragma unroll
   for (int kc = 0; kc < KEYS / 16; ++kc) {
     uint32_t a[4];
     ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LD + warp * 16 + ((lane >> 3) & 1) * 8);
-    mm_a_rows<BF>(acc, a, Ks, kc, lane);
+    mm_a_rows<BF, HS, NC>(acc, a, Ks, kc, lane);
   }
   const int g = lane / 4, t4 = lane % 4;
 #pragma unroll
@@ -499,7 +595,7 @@ __device__ inline void add_dq(Acc& acc, const uint16_t* dSs, const uint16_t* Ks,
     if (row >= T) continue;
     float* d = dqh + (size_t)row * HS + 2 * t4;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < NC / 8; ++n)
       atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(acc[n][2 * r], acc[n][2 * r + 1]));
   }
 }
@@ -508,145 +604,196 @@ __device__ inline void add_dq(Acc& acc, const uint16_t* dSs, const uint16_t* Ks,
 // each warp's dS^T rows go to shared memory, and the block's dQ for the query tile, dS K over its 64 keys, is
 // added into an f32 accumulator [B, H, T, HS] with float2 atomics (k_dq_out writes it into the qkv gradient).
 // Faster than k_bwd_kv<false> + k_bwd_q, but the order of the additions into dQ varies from run to run.
-constexpr size_t kKvDqSmem = kKvSmem + 2 * (size_t)kTile;  // + the dS^T tile
+// NB: Q / dO buffers (2: the next query tile loads during this one; 1 at head size 256, for shared memory).
+template <int HS, bool DQ, int NB>
+constexpr size_t kv_smem() {
+  return 2 * (size_t)((2 + 2 * NB + (DQ ? 1 : 0)) * TileOf<HS>)+sizeof(float) * 4 * BR;
+}
 
-template <bool BF, bool DQ, int MB = 3, bool FX = true, bool LPT = false>
-__global__ void __launch_bounds__(32 * kWarps, MB)
+// CS = 2: two warps a 16-key row group, each accumulating half of dK's and dV's columns (both compute the group's
+// S^T and dP^T: 7 products' work for 5, but half the accumulator registers; head size 256 spills without it);
+// A operands of those products then come from shared memory a k-chunk at a time.
+template <bool BF, int HS, bool DQ, int MB = 3, bool FX = true, bool LPT = false, int NB = 2, bool OPT = false,
+          int CS = 1>
+__global__ void __launch_bounds__(32 * kWarps * CS, MB)
     k_bwd_kv(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-             uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
+             uint16_t* dqkv16, float* dq_acc, TcDims p, bool acc) {
+  constexpr int LD = LDof<HS>, TILE = TileOf<HS>;
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Ks = sm;
-  uint16_t* Vs = Ks + kTile;
-  uint16_t* Qs = Vs + kTile;                                     // [2][BR][LD]
-  uint16_t* dOs = Qs + 2 * kTile;                                // [2][BR][LD]
-  uint16_t* dSs = dOs + 2 * kTile;                               // DQ: [BR keys][LD], dS^T of the query tile
-  float* Ls = reinterpret_cast<float*>(dSs + (DQ ? kTile : 0));  // [2][BR]
-  float* Ds = Ls + 2 * BR;                                       // [2][BR]
+  uint16_t* Vs = Ks + TILE;
+  uint16_t* Qs = Vs + TILE;                                     // [NB][BR][LD]
+  uint16_t* dOs = Qs + NB * TILE;                               // [NB][BR][LD]
+  uint16_t* dSs = dOs + NB * TILE;                              // DQ: [BR keys][LD], dS^T of the query tile
+  float* Ls = reinterpret_cast<float*>(dSs + (DQ ? TILE : 0));  // [2][BR]
+  float* Ds = Ls + 2 * BR;                                      // [2][BR]
   const int3 tile = tile_of_block<LPT>();
-  const int nt = (T + BR - 1) / BR, kt = tile.x;  // key tile 0 has the most query tiles
-  const int b = tile.z, h = tile.y, k0 = kt * BR;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int64_t ld = 3 * (int64_t)C;
-  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
-  const uint16_t* dh = dout + (size_t)b * T * C + h * HS;
-  const float* L = lse + ((size_t)b * H + h) * T;
-  const float* Dl = delta + ((size_t)b * H + h) * T;
-  float* dqh = DQ ? dq_acc + ((size_t)b * H + h) * T * HS : nullptr;
-  load_tile(Ks, qh + C, ld, k0, T);
-  load_tile(Vs, qh + 2 * C, ld, k0, T);
-  load_tile(Qs, qh, ld, k0, T);
-  load_tile(dOs, dh, C, k0, T);
-  cp_commit();
-  load_row_terms(Ls, Ds, L, Dl, k0, T);
-  Acc dk, dv, s, dp;
-  Frag kf, vf;  // the warp's K and V rows (read from shared memory every tile: keeping them costs occupancy)
+  const int T = p.T, window = OPT ? p.window : 0;
+  const bool cap = OPT && p.cap;
+  const int kt = tile.x;  // key tile 0 has the most query tiles
+  const int b = tile.z, g = tile.y, k0 = kt * BR;
+  constexpr int HC = HS / CS;  // dK / dV columns a warp accumulates
+  const int lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
+  const int warp = threadIdx.x / 32 % kWarps, half = threadIdx.x / 32 / kWarps;  // key row group, column part
+  const int kw = k0 + warp * 16;                                                 // the warp's first key
+  const int64_t ld = p.W;
+  const uint16_t* xb = qkv + (size_t)b * T * ld;
+  const uint16_t* db = dout + (size_t)b * T * p.O;
+  const int nj = kv_tiles_end(k0, BR, T, window) - kt, n_it = p.rep * nj;
+  load_tile<HS>(Ks, xb + (p.H + g) * HS, ld, k0, T);
+  load_tile<HS>(Vs, xb + (p.H + p.K + g) * HS, ld, k0, T);
+  load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, kv_iter(0, g, p.rep, kt, nj));
+  AccN<HC / 8> dk, dv;
+  AccS s, dp;
+  constexpr bool KS = CS > 1 || HS > 128;  // K / V rows read a k-chunk at a time (no fragments held)
+  Frag<KS ? 16 : HS> kf, vf;  // else the warp's K and V rows (read from shared memory every tile: keeping them
+                              // for the kernel costs occupancy)
   zero(dk);
   zero(dv);
-  for (int j = kt; j < nt; ++j) {
-    const int buf = (j - kt) & 1;
-    next_q_tile(Qs, dOs, Ls, Ds, buf, qh, dh, L, Dl, ld, C, j, nt, T);
-    const uint16_t* Qb = Qs + buf * kTile;
-    const uint16_t* dOb = dOs + buf * kTile;
-    const float* Lb = Ls + buf * BR;
-    const float* Db = Ds + buf * BR;
-    load_frag(kf, Ks + warp * 16 * LD, lane);
-    mm_abt<BF>(s, kf, Qb, lane);  // S^T (keys x queries)
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int c = 8 * n + 2 * t4 + (e & 1);  // query within the tile
-        const bool masked = j == kt && c < warp * 16 + g + 8 * (e >> 1);
-        s[n][e] = masked ? 0.f : FX ? ex2(s[n][e] * kQk - Lb[c]) : exp2f(s[n][e] * kQk - Lb[c]);  // P^T
+  for (int i = 0; i < n_it; ++i) {
+    const KvIter it = kv_iter(i, g, p.rep, kt, nj);
+    const int buf = NB == 2 ? i & 1 : 0;
+    if (NB == 2 && i + 1 < n_it) {
+      load_q_iter<HS>(Qs, dOs, Ls, Ds, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, g, p.rep, kt, nj));
+      cp_wait<1>();
+    } else {
+      if (NB == 1 && i > 0) load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, it);
+      cp_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* Qb = Qs + buf * TILE;
+    const uint16_t* dOb = dOs + buf * TILE;
+    const float* Lb = Ls + (NB == 2 ? buf : 0) * BR;
+    const float* Db = Ds + (NB == 2 ? buf : 0) * BR;
+    const int q0 = it.j * BR;
+    // Whether some query of the tile sees some key of the warp (else dS^T = 0), and whether the tile needs a mask.
+    const bool live = q0 + BR - 1 >= kw && !(window > 0 && q0 - (kw + 15) >= window);
+    const bool masked_tile = q0 < kw + 15 || (window > 0 && q0 + BR - 1 - kw >= window);
+    if (live) {
+      if constexpr (KS) {
+        mm_abt_s<BF, HS>(s, Ks + warp * 16 * LD, Qb, lane);  // S^T (keys x queries)
+      } else {
+        load_frag<HS>(kf, Ks + warp * 16 * LD, lane);
+        mm_abt<BF, HS>(s, kf, Qb, lane);
       }
-    mm_pm<BF>(dv, s, dOb, lane);  // dV += P^T dO
-    load_frag(vf, Vs + warp * 16 * LD, lane);
-    mm_abt<BF>(dp, vf, dOb, lane);  // dP^T = V dO^T
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < BR / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) dp[n][e] = s[n][e] * (dp[n][e] - Db[8 * n + 2 * t4 + (e & 1)]);  // dS^T
-    mm_pm<BF>(dk, dp, Qb, lane);  // dK += dS^T Q (times 1/sqrt(hs) when written)
+        for (int e = 0; e < 4; ++e) {
+          const int c = 8 * n + 2 * t4 + (e & 1);  // query within the tile
+          const bool masked = masked_tile && hidden(q0 + c, kw + gr + 8 * (e >> 1), window);
+          const float x = cap ? capped(s[n][e], p) - Lb[c] : s[n][e] * p.qk - Lb[c];
+          s[n][e] = masked ? 0.f : FX ? ex2(x) : exp2f(x);  // P^T
+        }
+      mm_pm<BF, HS, HC>(dv, s, dOb + half * HC, lane);  // dV += P^T dO
+      if constexpr (KS) {
+        mm_abt_s<BF, HS>(dp, Vs + warp * 16 * LD, dOb, lane);  // dP^T = V dO^T
+      } else {
+        load_frag<HS>(vf, Vs + warp * 16 * LD, lane);
+        mm_abt<BF, HS>(dp, vf, dOb, lane);
+      }
+#pragma unroll
+      for (int n = 0; n < BR / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int c = 8 * n + 2 * t4 + (e & 1);
+          dp[n][e] = s[n][e] * (dp[n][e] - Db[c]);  // dS^T
+          if (cap) dp[n][e] *= dcap(s[n][e], Lb[c], p);
+        }
+      mm_pm<BF, HS, HC>(dk, dp, Qb + half * HC, lane);  // dK += dS^T Q (times the scale when written)
+    } else if constexpr (DQ) {
+      zero(dp);
+    }
     if constexpr (DQ) {
+      if (half == 0)  // (the other column part's warp holds the same dS^T)
 #pragma unroll
-      for (int half = 0; half < 2; ++half)  // dS^T rows (keys) into shared memory, rounded as the products use it
+        for (int rh = 0; rh < 2; ++rh)  // dS^T rows (keys) into shared memory, rounded as the products use it
 #pragma unroll
-        for (int n = 0; n < 8; ++n)
-          *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + g + 8 * half) * LD + 8 * n + 2 * t4) =
-              pack2<BF>(dp[n][2 * half], dp[n][2 * half + 1]);
+          for (int n = 0; n < BR / 8; ++n)
+            *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + gr + 8 * rh) * LD + 8 * n + 2 * t4) =
+                pack2<BF>(dp[n][2 * rh], dp[n][2 * rh + 1]);
       __syncthreads();
-      add_dq<BF, BR>(s, dSs, Ks, dqh, j * BR, T, warp, lane);
+      AccN<HC / 8> dq;
+      add_dq<BF, HS, BR, HC>(dq, dSs, Ks + half * HC, dq_acc + ((size_t)b * p.H + it.h) * T * HS + half * HC, q0, T,
+                             warp, lane);
     }
     __syncthreads();
   }
-  float* base = dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr;
-  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr;
-  add_rows<BF>(dk, base ? base + C : nullptr, base16 ? base16 + C : nullptr, ld, k0 + warp * 16, T, lane, kInvSqrtHs,
-               acc);
-  add_rows<BF>(dv, base ? base + 2 * C : nullptr, base16 ? base16 + 2 * C : nullptr, ld, k0 + warp * 16, T, lane, 1.f,
-               acc);
+  float* base = dqkv ? dqkv + (size_t)b * T * ld : nullptr;
+  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld : nullptr;
+  const int ko = (p.H + g) * HS + half * HC, vo = (p.H + p.K + g) * HS + half * HC;
+  add_rows<BF, HC>(dk, base ? base + ko : nullptr, base16 ? base16 + ko : nullptr, ld, kw, T, lane, p.scale, acc);
+  add_rows<BF, HC>(dv, base ? base + vo : nullptr, base16 ? base16 + vo : nullptr, ld, kw, T, lane, 1.f, acc);
 }
 
-// The one-kernel backward with two m16 tiles of keys a warp (32 keys a warp, 128 a block): every Q / dO fragment
-// read from shared memory feeds two products, and each query tile's dQ (atomics) is added once per 128 keys
-// rather than per 64. The 64-query tile is taken QH queries at a time (the score tiles of 32 x QH stay within the
-// registers next to dK, dV's 32 x 64 each); KR: the warp's K and V fragments held in registers for the whole
-// kernel (else re-read from shared memory every product).
+// The one-kernel backward with two m16 tiles of keys a warp (32 keys a warp, 128 a block; head size 64): every
+// Q / dO fragment read from shared memory feeds two products, and each query tile's dQ (atomics) is added once per
+// 128 keys rather than per 64. The 64-query tile is taken QH queries at a time (the score tiles of 32 x QH stay
+// within the registers next to dK, dV's 32 x 64 each); KR: the warp's K and V fragments held in registers for the
+// whole kernel (else re-read from shared memory every product).
 constexpr int KB2 = 2 * BR;  // keys a block
-constexpr size_t kKv2Smem = 2 * (size_t)(2 * KB2 * LD + 4 * kTile + KB2 * LD) + sizeof(float) * 4 * BR;
+constexpr int HS2 = 64;      // its head size
+constexpr size_t kKv2Smem =
+    2 * (size_t)(2 * KB2 * LDof<HS2> + 4 * TileOf<HS2> + KB2 * LDof<HS2>)+sizeof(float) * 4 * BR;
 
-template <bool BF, int QH, bool KR, int MB, bool LPT>
+template <bool BF, int QH, bool KR, int MB, bool LPT, bool OPT>
 __global__ void __launch_bounds__(32 * kWarps, MB)
     k_bwd_kv2(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-              uint16_t* dqkv16, float* dq_acc, int T, int C, int H, bool acc) {
+              uint16_t* dqkv16, float* dq_acc, TcDims p, bool acc) {
+  constexpr int HS = HS2, LD = LDof<HS>, TILE = TileOf<HS>;
   constexpr int NQ = QH / 8;  // n8 tiles of a score row
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Ks = sm;                                     // [KB2][LD]
   uint16_t* Vs = Ks + KB2 * LD;                          // [KB2][LD]
   uint16_t* Qs = Vs + KB2 * LD;                          // [2][BR][LD]
-  uint16_t* dOs = Qs + 2 * kTile;                        // [2][BR][LD]
-  uint16_t* dSs = dOs + 2 * kTile;                       // [KB2 keys][LD]: dS^T of the query tile
+  uint16_t* dOs = Qs + 2 * TILE;                         // [2][BR][LD]
+  uint16_t* dSs = dOs + 2 * TILE;                        // [KB2 keys][LD]: dS^T of the query tile
   float* Ls = reinterpret_cast<float*>(dSs + KB2 * LD);  // [2][BR]
   float* Ds = Ls + 2 * BR;                               // [2][BR]
   const int3 tile = tile_of_block<LPT>();
-  const int nt = (T + BR - 1) / BR, kb = tile.x;  // key block 0 has the most query tiles
-  const int b = tile.z, h = tile.y, k0 = kb * KB2, j0 = 2 * kb;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
+  const int T = p.T, window = OPT ? p.window : 0;
+  const bool cap = OPT && p.cap;
+  const int kb = tile.x;  // key block 0 has the most query tiles
+  const int b = tile.z, g = tile.y, k0 = kb * KB2, j0 = 2 * kb;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
   const int kw = k0 + warp * 32;  // the warp's first key
-  const int64_t ld = 3 * (int64_t)C;
-  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
-  const uint16_t* dh = dout + (size_t)b * T * C + h * HS;
-  const float* L = lse + ((size_t)b * H + h) * T;
-  const float* Dl = delta + ((size_t)b * H + h) * T;
-  float* dqh = dq_acc + ((size_t)b * H + h) * T * HS;
-  load_tile<KB2>(Ks, qh + C, ld, k0, T);
-  load_tile<KB2>(Vs, qh + 2 * C, ld, k0, T);
-  load_tile(Qs, qh, ld, j0 * BR, T);
-  load_tile(dOs, dh, C, j0 * BR, T);
-  cp_commit();
-  load_row_terms(Ls, Ds, L, Dl, j0 * BR, T);
-  Acc dk[2], dv[2];
-  Frag kf[KR ? 2 : 1], vf[KR ? 2 : 1];  // unused without KR
+  const int64_t ld = p.W;
+  const uint16_t* xb = qkv + (size_t)b * T * ld;
+  const uint16_t* db = dout + (size_t)b * T * p.O;
+  const int nj = kv_tiles_end(k0, KB2, T, window) - j0, n_it = p.rep * nj;
+  load_tile<HS, KB2>(Ks, xb + (p.H + g) * HS, ld, k0, T);
+  load_tile<HS, KB2>(Vs, xb + (p.H + p.K + g) * HS, ld, k0, T);
+  load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, kv_iter(0, g, p.rep, j0, nj));
+  AccO<HS> dk[2], dv[2];
+  Frag<HS> kf[KR ? 2 : 1], vf[KR ? 2 : 1];  // unused without KR
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) zero(dk[mt]), zero(dv[mt]);
-  for (int j = j0; j < nt; ++j) {
-    const int buf = (j - j0) & 1;
-    next_q_tile(Qs, dOs, Ls, Ds, buf, qh, dh, L, Dl, ld, C, j, nt, T);
-    if (KR && j == j0)
+  for (int i = 0; i < n_it; ++i) {
+    const KvIter it = kv_iter(i, g, p.rep, j0, nj);
+    const int buf = i & 1;
+    if (i + 1 < n_it) {
+      load_q_iter<HS>(Qs, dOs, Ls, Ds, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, g, p.rep, j0, nj));
+      cp_wait<1>();
+    } else {
+      cp_wait<0>();
+    }
+    __syncthreads();
+    if (KR && i == 0)
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
-        load_frag(kf[KR ? mt : 0], Ks + (warp * 32 + mt * 16) * LD, lane);
-        load_frag(vf[KR ? mt : 0], Vs + (warp * 32 + mt * 16) * LD, lane);
+        load_frag<HS>(kf[KR ? mt : 0], Ks + (warp * 32 + mt * 16) * LD, lane);
+        load_frag<HS>(vf[KR ? mt : 0], Vs + (warp * 32 + mt * 16) * LD, lane);
       }
-    const uint16_t* Qb = Qs + buf * kTile;
-    const uint16_t* dOb = dOs + buf * kTile;
+    const uint16_t* Qb = Qs + buf * TILE;
+    const uint16_t* dOb = dOs + buf * TILE;
     const float* Lb = Ls + buf * BR;
     const float* Db = Ds + buf * BR;
 #pragma unroll
     for (int hf = 0; hf < BR / QH; ++hf) {
-      const int q0 = j * BR + hf * QH;  // the part's first query
-      AccN<NQ> s[2], dp[2];             // P^T, then dS^T (the warp's 32 keys x QH queries)
-      if (q0 + QH - 1 < kw) {           // every query before every key of the warp: all masked
+      const int q0 = it.j * BR + hf * QH;  // the part's first query
+      AccN<NQ> s[2], dp[2];                // P^T, then dS^T (the warp's 32 keys x QH queries)
+      // Every query before every key of the warp, or past every key's window: all masked.
+      if (q0 + QH - 1 < kw || (window > 0 && q0 - (kw + 31) >= window)) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -656,8 +803,8 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
       } else {
         const uint16_t* Qh = Qb + hf * QH * LD;
         const uint16_t* dOh = dOb + hf * QH * LD;
-        mm_qk<BF, 2, NQ, KR>(s, kf, Ks + warp * 32 * LD, Qh, lane);  // S^T = K Q^T
-        const bool diag = q0 < kw + 31;
+        mm_qk<BF, HS, 2, NQ, KR>(s, kf, Ks + warp * 32 * LD, Qh, lane);  // S^T = K Q^T
+        const bool diag = q0 < kw + 31 || (window > 0 && q0 + QH - 1 - kw >= window);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -665,19 +812,23 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int c = hf * QH + 8 * n + 2 * t4 + (e & 1);  // query within the tile
-              const bool masked = diag && j * BR + c < kw + mt * 16 + g + 8 * (e >> 1);
-              s[mt][n][e] = masked ? 0.f : ex2(s[mt][n][e] * kQk - Lb[c]);  // P^T
+              const bool masked = diag && hidden(it.j * BR + c, kw + mt * 16 + gr + 8 * (e >> 1), window);
+              const float x = cap ? capped(s[mt][n][e], p) - Lb[c] : s[mt][n][e] * p.qk - Lb[c];
+              s[mt][n][e] = masked ? 0.f : ex2(x);  // P^T
             }
-        mm_pv<BF, 2, NQ>(dv, s, dOh, lane);                            // dV += P^T dO
-        mm_qk<BF, 2, NQ, KR>(dp, vf, Vs + warp * 32 * LD, dOh, lane);  // dP^T = V dO^T
+        mm_pv<BF, HS, 2, NQ>(dv, s, dOh, lane);                            // dV += P^T dO
+        mm_qk<BF, HS, 2, NQ, KR>(dp, vf, Vs + warp * 32 * LD, dOh, lane);  // dP^T = V dO^T
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
           for (int n = 0; n < NQ; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              dp[mt][n][e] = s[mt][n][e] * (dp[mt][n][e] - Db[hf * QH + 8 * n + 2 * t4 + (e & 1)]);  // dS^T
-        mm_pv<BF, 2, NQ>(dk, dp, Qh, lane);  // dK += dS^T Q (times 1/sqrt(hs) when written)
+            for (int e = 0; e < 4; ++e) {
+              const int c = hf * QH + 8 * n + 2 * t4 + (e & 1);
+              dp[mt][n][e] = s[mt][n][e] * (dp[mt][n][e] - Db[c]);  // dS^T
+              if (cap) dp[mt][n][e] *= dcap(s[mt][n][e], Lb[c], p);
+            }
+        mm_pv<BF, HS, 2, NQ>(dk, dp, Qh, lane);  // dK += dS^T Q (times the scale when written)
       }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)  // dS^T rows (keys) into shared memory, rounded as the products use it
@@ -685,111 +836,134 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
         for (int r = 0; r < 2; ++r)
 #pragma unroll
           for (int n = 0; n < NQ; ++n)
-            *reinterpret_cast<uint32_t*>(dSs + (warp * 32 + mt * 16 + g + 8 * r) * LD + hf * QH + 8 * n + 2 * t4) =
+            *reinterpret_cast<uint32_t*>(dSs + (warp * 32 + mt * 16 + gr + 8 * r) * LD + hf * QH + 8 * n + 2 * t4) =
                 pack2<BF>(dp[mt][n][2 * r], dp[mt][n][2 * r + 1]);
     }
     __syncthreads();
-    Acc dq;
-    add_dq<BF, KB2>(dq, dSs, Ks, dqh, j * BR, T, warp, lane);
+    AccO<HS> dq;
+    add_dq<BF, HS, KB2>(dq, dSs, Ks, dq_acc + ((size_t)b * p.H + it.h) * T * HS, it.j * BR, T, warp, lane);
     __syncthreads();
   }
-  float* base = dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr;
-  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr;
+  float* base = dqkv ? dqkv + (size_t)b * T * ld : nullptr;
+  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld : nullptr;
+  const int ko = (p.H + g) * HS, vo = (p.H + p.K + g) * HS;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
-    add_rows<BF>(dk[mt], base ? base + C : nullptr, base16 ? base16 + C : nullptr, ld, kw + mt * 16, T, lane,
-                 kInvSqrtHs, acc);
-    add_rows<BF>(dv[mt], base ? base + 2 * C : nullptr, base16 ? base16 + 2 * C : nullptr, ld, kw + mt * 16, T, lane,
-                 1.f, acc);
+    add_rows<BF, HS>(dk[mt], base ? base + ko : nullptr, base16 ? base16 + ko : nullptr, ld, kw + mt * 16, T, lane,
+                     p.scale, acc);
+    add_rows<BF, HS>(dv[mt], base ? base + vo : nullptr, base16 ? base16 + vo : nullptr, ld, kw + mt * 16, T, lane, 1.f,
+                     acc);
   }
 }
 
-// The accumulated dQ [B, H, T, HS] (times 1/sqrt(hs)) into the qkv gradient's q part: eight elements a thread.
-template <bool BF>
-__global__ void k_dq_out(const float* dq_acc, float* dqkv, uint16_t* dqkv16, int B, int T, int C, int H, bool acc) {
-  const int64_t n8 = (int64_t)B * H * T * (HS / 8);
+// The accumulated dQ [B, H, T, HS] (times the scale) into the qkv gradient's q part: eight elements a thread.
+template <bool BF, int HS>
+__global__ void k_dq_out(const float* dq_acc, float* dqkv, uint16_t* dqkv16, int B, TcDims p, bool acc) {
+  const int64_t n8 = (int64_t)B * p.H * p.T * (HS / 8);
+  const float sc = p.scale;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n8; i += (int64_t)gridDim.x * blockDim.x) {
-    const int64_t row = i / (HS / 8), bh = row / T;  // row = (b * H + h) * T + t
-    const int t = (int)(row % T), hh = (int)(bh % H), bb = (int)(bh / H), c8 = (int)(i % (HS / 8)) * 8;
+    const int64_t row = i / (HS / 8), bh = row / p.T;  // row = (b * H + h) * T + t
+    const int t = (int)(row % p.T), hh = (int)(bh % p.H), bb = (int)(bh / p.H), c8 = (int)(i % (HS / 8)) * 8;
     float v[8];
     ld8<BF>(dq_acc + i * 8, v);
-    const size_t off = ((size_t)bb * T + t) * 3 * C + hh * HS + c8;
+    const size_t off = ((size_t)bb * p.T + t) * p.W + hh * HS + c8;
     if (dqkv16) {
       uint4 u;
-      u.x = pack2<BF>(v[0] * kInvSqrtHs, v[1] * kInvSqrtHs), u.y = pack2<BF>(v[2] * kInvSqrtHs, v[3] * kInvSqrtHs);
-      u.z = pack2<BF>(v[4] * kInvSqrtHs, v[5] * kInvSqrtHs), u.w = pack2<BF>(v[6] * kInvSqrtHs, v[7] * kInvSqrtHs);
+      u.x = pack2<BF>(v[0] * sc, v[1] * sc), u.y = pack2<BF>(v[2] * sc, v[3] * sc);
+      u.z = pack2<BF>(v[4] * sc, v[5] * sc), u.w = pack2<BF>(v[6] * sc, v[7] * sc);
       *reinterpret_cast<uint4*>(dqkv16 + off) = u;
     } else {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) dqkv[off + k] = (acc ? dqkv[off + k] : 0.f) + v[k] * kInvSqrtHs;
+      for (int k = 0; k < 8; ++k) dqkv[off + k] = (acc ? dqkv[off + k] : 0.f) + v[k] * sc;
     }
   }
 }
 
 // ---- backward: dQ per query block ------------------------------------------------------
-constexpr size_t kQSmem = 2 * (size_t)(6 * kTile);  // Q, dO; double-buffered K, V
+template <int HS>
+constexpr size_t kQSmem = 2 * (size_t)(6 * TileOf<HS>);  // Q, dO; double-buffered K, V
 
-template <bool BF>
-__global__ void __launch_bounds__(32 * kWarps, 3)
+// QF: the warp's Q and dO fragments read once into registers (else from shared memory every key tile).
+template <bool BF, int HS, bool QF, int MB, bool OPT>
+__global__ void __launch_bounds__(32 * kWarps, MB)
     k_bwd_q(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-            uint16_t* dqkv16, int T, int C, int H, bool acc) {
+            uint16_t* dqkv16, TcDims p, bool acc) {
+  constexpr int LD = LDof<HS>, TILE = TileOf<HS>;
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Qs = sm;
-  uint16_t* dOs = Qs + kTile;
-  uint16_t* Ks = dOs + kTile;  // [2][BR][LD]
-  uint16_t* Vs = Ks + 2 * kTile;
+  uint16_t* dOs = Qs + TILE;
+  uint16_t* Ks = dOs + TILE;  // [2][BR][LD]
+  uint16_t* Vs = Ks + 2 * TILE;
+  const int T = p.T, window = OPT ? p.window : 0;
+  const bool cap = OPT && p.cap;
   const int nt = (T + BR - 1) / BR, qt = nt - 1 - blockIdx.x;
-  const int b = blockIdx.z, h = blockIdx.y, q0 = qt * BR;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t4 = lane % 4;
-  const int64_t ld = 3 * (int64_t)C;
-  const uint16_t* qh = qkv + (size_t)b * T * ld + h * HS;
-  const uint16_t *kh = qh + C, *vh = qh + 2 * C;
-  load_tile(Qs, qh, ld, q0, T);
-  load_tile(dOs, dout + (size_t)b * T * C + h * HS, C, q0, T);
-  load_tile(Ks, kh, ld, 0, T);
-  load_tile(Vs, vh, ld, 0, T);
+  const int b = blockIdx.z, h = blockIdx.y, g = h / p.rep, q0 = qt * BR;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
+  const int w0 = q0 + warp * 16;
+  const int64_t ld = p.W;
+  const uint16_t* xb = qkv + (size_t)b * T * ld;
+  const uint16_t* qh = xb + h * HS;
+  const uint16_t *kh = xb + (p.H + g) * HS, *vh = xb + (p.H + p.K + g) * HS;
+  const int j0 = window > 0 ? max(0, q0 - window + 1) / BR : 0;
+  load_tile<HS>(Qs, qh, ld, q0, T);
+  load_tile<HS>(dOs, dout + (size_t)b * T * p.O + h * HS, p.O, q0, T);
+  load_tile<HS>(Ks, kh, ld, j0 * BR, T);
+  load_tile<HS>(Vs, vh, ld, j0 * BR, T);
   cp_commit();
   float Lr[2], Dr[2];  // this lane's two rows
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int tq = q0 + warp * 16 + g + 8 * r;
-    Lr[r] = tq < T ? lse[((size_t)b * H + h) * T + tq] * kLog2e : INFINITY;
-    Dr[r] = tq < T ? delta[((size_t)b * H + h) * T + tq] : 0.f;
+    const int tq = w0 + gr + 8 * r;
+    Lr[r] = tq < T ? lse[((size_t)b * p.H + h) * T + tq] * kLog2e : INFINITY;
+    Dr[r] = tq < T ? delta[((size_t)b * p.H + h) * T + tq] : 0.f;
   }
-  Acc dq, s, dp;
-  Frag qf, df;  // the warp's Q and dO rows, read once (113.9 vs 117.8 us a call at GPT-2 124M)
+  AccO<HS> dq;
+  AccS s, dp;
+  Frag<HS> qf, df;  // the warp's Q and dO rows (QF: read once; 113.9 vs 117.8 us a call at GPT-2 124M)
   zero(dq);
-  for (int j = 0; j <= qt; ++j) {
-    const int buf = j & 1;
+  for (int j = j0; j <= qt; ++j) {
+    const int buf = (j - j0) & 1;
     if (j < qt) {
-      load_tile(Ks + (buf ^ 1) * kTile, kh, ld, (j + 1) * BR, T);
-      load_tile(Vs + (buf ^ 1) * kTile, vh, ld, (j + 1) * BR, T);
+      load_tile<HS>(Ks + (buf ^ 1) * TILE, kh, ld, (j + 1) * BR, T);
+      load_tile<HS>(Vs + (buf ^ 1) * TILE, vh, ld, (j + 1) * BR, T);
       cp_commit();
       cp_wait<1>();
     } else {
       cp_wait<0>();
     }
     __syncthreads();
-    const uint16_t* Kb = Ks + buf * kTile;
-    if (j == 0) {
-      load_frag(qf, Qs + warp * 16 * LD, lane);
-      load_frag(df, dOs + warp * 16 * LD, lane);
+    const uint16_t* Kb = Ks + buf * TILE;
+    const int k0 = j * BR;
+    if (QF && j == j0) {
+      load_frag<HS>(qf, Qs + warp * 16 * LD, lane);
+      load_frag<HS>(df, dOs + warp * 16 * LD, lane);
     }
-    mm_abt<BF>(s, qf, Kb, lane);                 // S
-    mm_abt<BF>(dp, df, Vs + buf * kTile, lane);  // dP = dO V^T
+    // Else every key of the tile is after all of the warp's queries, or before all of their windows.
+    if (k0 <= w0 + 15 && !(window > 0 && w0 - (k0 + BR - 1) >= window)) {
+      if (!QF) load_frag<HS>(qf, Qs + warp * 16 * LD, lane);
+      mm_abt<BF, HS>(s, qf, Kb, lane);  // S
+      if (!QF) load_frag<HS>(df, dOs + warp * 16 * LD, lane);
+      mm_abt<BF, HS>(dp, df, Vs + buf * TILE, lane);  // dP = dO V^T
+      const bool masked_tile = k0 + BR - 1 > w0 || (window > 0 && w0 + 15 - k0 >= window);
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < BR / 8; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e >> 1;
-        const bool masked = j == qt && 8 * n + 2 * t4 + (e & 1) > warp * 16 + g + 8 * r;
-        dp[n][e] = masked ? 0.f : ex2(s[n][e] * kQk - Lr[r]) * (dp[n][e] - Dr[r]);  // dS
-      }
-    mm_pm<BF>(dq, dp, Kb, lane);  // dQ += dS K
+        for (int e = 0; e < 4; ++e) {
+          const int r = e >> 1;
+          const bool masked = masked_tile && hidden(w0 + gr + 8 * r, k0 + 8 * n + 2 * t4 + (e & 1), window);
+          if (cap) {
+            const float th = capped(s[n][e], p) * p.inv_post;
+            dp[n][e] = masked ? 0.f : ex2(th * p.post - Lr[r]) * (dp[n][e] - Dr[r]) * (1.f - th * th);
+          } else {
+            dp[n][e] = masked ? 0.f : ex2(s[n][e] * p.qk - Lr[r]) * (dp[n][e] - Dr[r]);  // dS
+          }
+        }
+      mm_pm<BF, HS>(dq, dp, Kb, lane);  // dQ += dS K
+    }
     __syncthreads();
   }
-  add_rows<BF>(dq, dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr,
-               dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr, ld, q0 + warp * 16, T, lane, kInvSqrtHs, acc);
+  add_rows<BF, HS>(dq, dqkv ? dqkv + (size_t)b * T * ld + h * HS : nullptr,
+                   dqkv16 ? dqkv16 + (size_t)b * T * ld + h * HS : nullptr, ld, w0, T, lane, p.scale, acc);
 }
 
 template <typename K>
@@ -797,136 +971,83 @@ void opt_in_smem(K kernel, size_t bytes) {
   ZR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <bool BF, int MT, int NW, int KT, bool QR = true, int MB = 0, bool LPT = false>
-void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
-  using Cfg = FwdCfg<MT, NW, KT, QR, MB>;
-  static bool once = (opt_in_smem(k_fwd<BF, MT, NW, KT, QR, MB, LPT>, Cfg::smem), true);
+template <bool BF, int HS, int MT, int NW, int KT, bool QR, int MB, bool LPT, bool OPT>
+void fwd_go(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
+  using Cfg = FwdCfg<HS, MT, NW, KT, QR, MB>;
+  static bool once = (opt_in_smem(k_fwd<BF, HS, MT, NW, KT, QR, MB, LPT, OPT>, Cfg::smem), true);
   (void)once;
-  dim3 grid((T + Cfg::BQ - 1) / Cfg::BQ, H, B);
-  k_fwd<BF, MT, NW, KT, QR, MB, LPT><<<grid, 32 * NW, Cfg::smem, cuda::stream()>>>(qkv, out, out16, lse, T, C, H);
+  dim3 grid((p.T + Cfg::BQ - 1) / Cfg::BQ, p.H, B);
+  k_fwd<BF, HS, MT, NW, KT, QR, MB, LPT, OPT><<<grid, 32 * NW, Cfg::smem, cuda::stream()>>>(qkv, out, out16, lse, p);
   ZR_CUDA(cudaGetLastError());
+}
+// OPT: the variant with the window and soft-capping where p asks for either (the sweep's tilings have none).
+template <bool BF, int HS, int MT, int NW, int KT, bool QR = true, int MB = 0, bool LPT = false, bool OPT = false>
+void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
+  if (OPT && (p.window > 0 || p.cap))
+    fwd_go<BF, HS, MT, NW, KT, QR, MB, LPT, OPT>(qkv, out, out16, lse, B, p);
+  else
+    fwd_go<BF, HS, MT, NW, KT, QR, MB, LPT, false>(qkv, out, out16, lse, B, p);
 }
 
 // The forward tilings the probe sweeps: {MT, NW, KT, Q in registers, blocks an SM}; 0 is the one training uses.
+constexpr int kFwdCfgs64 = 13, kFwdCfgsN = 2;
 template <bool BF>
-void fwd_e(int cfg, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, int T, int C, int H) {
-  switch (cfg) {
-    case 0:  // 63.7 us at GPT-2 124M's shape on the H200 (B 8, H 12, T 1024; SDPA 50-51 us, same call)
-      return fwd_run<BF, 2, 4, 64, false, 3, true>(qkv, out, out16, lse, B, T, C, H);
-    case 1:  // 87.5 us
-      return fwd_run<BF, 2, 4, 64>(qkv, out, out16, lse, B, T, C, H);
-    case 2:  // 94.3 us
-      return fwd_run<BF, 1, 8, 128>(qkv, out, out16, lse, B, T, C, H);
-    case 3:  // 88.6 us
-      return fwd_run<BF, 2, 4, 64, false>(qkv, out, out16, lse, B, T, C, H);
-    case 4:  // 86.3 us
-      return fwd_run<BF, 2, 4, 128, false>(qkv, out, out16, lse, B, T, C, H);
-    case 5:  // 99.7 us (139 registers: one block an SM)
-      return fwd_run<BF, 1, 8, 64>(qkv, out, out16, lse, B, T, C, H);
-    case 6:  // 89.7 us
-      return fwd_run<BF, 1, 4, 64, true, 4>(qkv, out, out16, lse, B, T, C, H);
-    case 7:  // 86.7 us: tiling 0 in grid order
-      return fwd_run<BF, 2, 4, 64, false, 3>(qkv, out, out16, lse, B, T, C, H);
-    case 8:  // 69.0 us: tiling 9, longest first
-      return fwd_run<BF, 1, 8, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
-    case 9:  // 83.0 us (session 7's, with ex2.ftz)
-      return fwd_run<BF, 1, 8, 64, true, 2>(qkv, out, out16, lse, B, T, C, H);
-    case 10:  // 71.2 us: longest first, 32 rows a warp, 4 warps, 128-key tiles, Q from shared memory, 2 blocks an SM
-      return fwd_run<BF, 2, 4, 128, false, 2, true>(qkv, out, out16, lse, B, T, C, H);
-    case 11:  // 71.1 us: longest first, tiling 1 (Q in registers) sized for 2 blocks an SM
-      return fwd_run<BF, 2, 4, 64, true, 2, true>(qkv, out, out16, lse, B, T, C, H);
-    case 12:  // 74.7 us: longest first, tiling 6
-      return fwd_run<BF, 1, 4, 64, true, 4, true>(qkv, out, out16, lse, B, T, C, H);
-    default:
-      ZR_FAIL("attention forward tiling ", cfg, " does not exist (0..", kFwdCfgs - 1, ")");
-  }
-}
-
-// The one-kernel backward's variants the probe sweeps; 0 trains.
-constexpr int kBwdCfgs = 8;
-// A one-kernel backward: blocks of KEYS keys (a (key blocks, H, B) grid), SMEM bytes of shared memory.
-template <auto Kernel, int KEYS, size_t SMEM>
-void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-             uint16_t* dqkv16, float* dq_acc, int B, int T, int C, int H, bool acc) {
-  static bool once = (opt_in_smem(Kernel, SMEM), true);
-  (void)once;
-  Kernel<<<dim3((T + KEYS - 1) / KEYS, H, B), 32 * kWarps, SMEM, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16,
-                                                                                   dq_acc, T, C, H, acc);
-  ZR_CUDA(cudaGetLastError());
-}
-template <bool BF, int MB, bool FX = true, bool LPT = false>
-constexpr auto bwd_kv_dq = bwd_one<k_bwd_kv<BF, true, MB, FX, LPT>, BR, kKvDqSmem>;
-template <bool BF, int QH, bool KR, bool LPT = true>
-constexpr auto bwd_kv2 = bwd_one<k_bwd_kv2<BF, QH, KR, 2, LPT>, KB2, kKv2Smem>;
-
-template <bool BF>
-void bwd_e(const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
-           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, int T, int C, int H, int cfg) {
-  static bool once = (opt_in_smem(k_bwd_kv<BF, false>, kKvSmem), opt_in_smem(k_bwd_q<BF>, kQSmem), true);
-  (void)once;
-  const int64_t rows = (int64_t)B * T * H;
-  if (dq_acc) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS, cuda::stream()));
-  const unsigned dg = (unsigned)std::min<int64_t>((rows + 31) / 32, 1 << 16);  // 32 (row, head) pairs per block
-  if (out16)
-    k_delta<BF, uint16_t><<<dg, 256, 0, cuda::stream()>>>(out16, dout, delta, B, T, C, H);
-  else
-    k_delta<BF, float><<<dg, 256, 0, cuda::stream()>>>(out, dout, delta, B, T, C, H);
-  ZR_CUDA(cudaGetLastError());
-  if (dq_acc) {
-    // Times: GPT-2 124M's shape on the H200 (B 8, H 12, T 1024), one probe call (session 9).
-    auto* run = bwd_kv2<BF, 32, false>;
-    switch (cfg) {
-      case 0:  // 32 keys a warp (128 a block), 32 queries at a time, every head's longest key tile first: 190.9 us
-        break;
-      case 1:  // 16 keys a warp (64 a block), registers for three blocks an SM (at most 168), longest first: 223.7 us
-        run = bwd_kv_dq<BF, 3, true, true>;
-        break;
-      case 2:  // variant 1, the compiler's register choice (202: two blocks) in grid order: 259.1 us
-        run = bwd_kv_dq<BF, 1>;
-        break;
-      case 3:  // variant 1 with exp2f (the denormal-exact exponential) in grid order: 251.0 us
-        run = bwd_kv_dq<BF, 3, false>;
-        break;
-      case 4:  // variant 1 in grid order (each head's key tiles, one head after another): 249.3 us
-        run = bwd_kv_dq<BF, 3>;
-        break;
-      case 5:  // variant 0 with 16 queries at a time, K and V fragments in registers (255 registers, spills): 216.4 us
-        run = bwd_kv2<BF, 16, true>;
-        break;
-      case 6:  // variant 0 with 16 queries at a time: 206.1 us
-        run = bwd_kv2<BF, 16, false>;
-        break;
-      case 7:  // variant 0 in grid order: 231.0 us
-        run = bwd_kv2<BF, 32, false, false>;
-        break;
+void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
+  ZR_CHECK(cfg == 0 || D != 64 || (p.window == 0 && !p.cap), "attention forward tiling ", cfg,
+           " has no sliding window or soft-capping (tiling 0 has)");
+  if (D == 64) switch (cfg) {
+      case 0:  // 63.7 us at GPT-2 124M's shape on the H200 (B 8, H 12, T 1024; SDPA 50-51 us, same call)
+        return fwd_run<BF, 64, 2, 4, 64, false, 3, true, true>(qkv, out, out16, lse, B, p);
+      case 1:  // 87.5 us
+        return fwd_run<BF, 64, 2, 4, 64>(qkv, out, out16, lse, B, p);
+      case 2:  // 94.3 us
+        return fwd_run<BF, 64, 1, 8, 128>(qkv, out, out16, lse, B, p);
+      case 3:  // 88.6 us
+        return fwd_run<BF, 64, 2, 4, 64, false>(qkv, out, out16, lse, B, p);
+      case 4:  // 86.3 us
+        return fwd_run<BF, 64, 2, 4, 128, false>(qkv, out, out16, lse, B, p);
+      case 5:  // 99.7 us (139 registers: one block an SM)
+        return fwd_run<BF, 64, 1, 8, 64>(qkv, out, out16, lse, B, p);
+      case 6:  // 89.7 us
+        return fwd_run<BF, 64, 1, 4, 64, true, 4>(qkv, out, out16, lse, B, p);
+      case 7:  // 86.7 us: tiling 0 in grid order
+        return fwd_run<BF, 64, 2, 4, 64, false, 3>(qkv, out, out16, lse, B, p);
+      case 8:  // 69.0 us: tiling 9, longest first
+        return fwd_run<BF, 64, 1, 8, 64, true, 2, true>(qkv, out, out16, lse, B, p);
+      case 9:  // 83.0 us (session 7's, with ex2.ftz)
+        return fwd_run<BF, 64, 1, 8, 64, true, 2>(qkv, out, out16, lse, B, p);
+      case 10:  // 71.2 us: longest first, 32 rows a warp, 4 warps, 128-key tiles, Q from shared memory, 2 blocks an SM
+        return fwd_run<BF, 64, 2, 4, 128, false, 2, true>(qkv, out, out16, lse, B, p);
+      case 11:  // 71.1 us: longest first, tiling 1 (Q in registers) sized for 2 blocks an SM
+        return fwd_run<BF, 64, 2, 4, 64, true, 2, true>(qkv, out, out16, lse, B, p);
+      case 12:  // 74.7 us: longest first, tiling 6
+        return fwd_run<BF, 64, 1, 4, 64, true, 4, true>(qkv, out, out16, lse, B, p);
       default:
-        ZR_FAIL("attention backward variant ", cfg, " does not exist (0..", kBwdCfgs - 1, ")");
+        break;
     }
-    run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, B, T, C, H, acc);
-    const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
-    k_dq_out<BF><<<og, 256, 0, cuda::stream()>>>(dq_acc, dqkv, dqkv16, B, T, C, H, acc);
-    ZR_CUDA(cudaGetLastError());
-    return;
+  else if (cfg == 0 || cfg == 1) {
+    const bool c0 = cfg == 0;
+    switch (D) {
+      case 80:
+        return c0 ? fwd_run<BF, 80, 2, 4, 64, false, 2, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 80, 1, 4, 64, true, 0, true, true>(qkv, out, out16, lse, B, p);
+      case 96:
+        return c0 ? fwd_run<BF, 96, 2, 4, 64, false, 2, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 96, 1, 4, 64, true, 0, true, true>(qkv, out, out16, lse, B, p);
+      case 128:
+        return c0 ? fwd_run<BF, 128, 2, 4, 64, false, 1, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 128, 1, 4, 64, true, 0, true, true>(qkv, out, out16, lse, B, p);
+      case 256:
+        return c0 ? fwd_run<BF, 256, 1, 4, 64, false, 1, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 256, 1, 4, 32, false, 1, true, true>(qkv, out, out16, lse, B, p);
+      default:
+        break;
+    }
   }
-  const dim3 grid((T + BR - 1) / BR, H, B);
-  k_bwd_kv<BF, false>
-      <<<grid, 32 * kWarps, kKvSmem, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16, nullptr, T, C, H, acc);
-  ZR_CUDA(cudaGetLastError());
-  k_bwd_q<BF><<<grid, 32 * kWarps, kQSmem, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16, T, C, H, acc);
-  ZR_CUDA(cudaGetLastError());
+  ZR_FAIL("attention forward tiling ", cfg, " does not exist at head size ", D);
 }
-
-bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-}  // namespace
-
-bool tc_supported(const AttnDims& d) {
-  return d.D == HS && d.K == d.H && d.window == 0 && d.softcap == 0.f && d.scale == kInvSqrtHs;
-}
-const char* tc_head_sizes() { return "64"; }
-int tc_forward_configs(int64_t) { return kFwdCfgs; }
-int tc_backward_configs(int64_t) { return kBwdCfgs; }
-const char* tc_forward_config_name(int64_t, int cfg) {
-  static const char* names[kFwdCfgs] = {"32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM, longest first",
+const char* fwd_name(int D, int cfg) {
+  static const char* n64[kFwdCfgs64] = {"32 rows/warp, 4 warps, 64 keys, Q from smem, 3 blocks/SM, longest first",
                                         "32 rows/warp, 4 warps, 64 keys",
                                         "16 rows/warp, 8 warps, 128 keys",
                                         "32 rows/warp, 4 warps, 64 keys, Q from smem",
@@ -939,33 +1060,190 @@ const char* tc_forward_config_name(int64_t, int cfg) {
                                         "32 rows/warp, 4 warps, 128 keys, Q from smem, 2 blocks/SM, longest first",
                                         "32 rows/warp, 4 warps, 64 keys, 2 blocks/SM regs, longest first",
                                         "16 rows/warp, 4 warps, 64 keys, 4 blocks/SM regs, longest first"};
-  return cfg >= 0 && cfg < kFwdCfgs ? names[cfg] : "?";
+  if (D == 64) return cfg >= 0 && cfg < kFwdCfgs64 ? n64[cfg] : "?";
+  if (D == 256)
+    return cfg == 0   ? "16 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
+           : cfg == 1 ? "16 rows/warp, 4 warps, 32 keys, Q from smem, longest first"
+                      : "?";
+  return cfg == 0   ? "32 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
+         : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q in registers, longest first"
+                    : "?";
 }
 
+// The one-kernel backward's variants the probe sweeps; 0 trains.
+constexpr int kBwdCfgs64 = 8, kBwdCfgsN = 2;
+// A one-kernel backward: blocks of KEYS keys (a (key blocks, K, B) grid) and WARPS warps, SMEM bytes of shared memory.
+template <auto Kernel, int KEYS, size_t SMEM, int WARPS = kWarps>
+void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+             uint16_t* dqkv16, float* dq_acc, int B, const TcDims& p, bool acc) {
+  static bool once = (opt_in_smem(Kernel, SMEM), true);
+  (void)once;
+  Kernel<<<dim3((p.T + KEYS - 1) / KEYS, p.K, B), 32 * WARPS, SMEM, cuda::stream()>>>(qkv, dout, lse, delta, dqkv,
+                                                                                      dqkv16, dq_acc, p, acc);
+  ZR_CUDA(cudaGetLastError());
+}
+template <bool BF, int HS, int MB, bool FX = true, bool LPT = false, int NB = 2, bool OPT = false, int CS = 1>
+constexpr auto bwd_kv_dq =
+    bwd_one<k_bwd_kv<BF, HS, true, MB, FX, LPT, NB, OPT, CS>, BR, kv_smem<HS, true, NB>(), kWarps * CS>;
+template <bool BF, int QH, bool KR, bool LPT = true, bool OPT = false>
+constexpr auto bwd_kv2 = bwd_one<k_bwd_kv2<BF, QH, KR, 2, LPT, OPT>, KB2, kKv2Smem>;
+
+// The two atomic-free kernels at head size HS (dK, dV per key block; dQ per query block).
+template <bool BF, int HS, int MBKV, int MBQ, int NB, bool QF, bool OPT>
+void bwd_two_go(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+                uint16_t* dqkv16, int B, const TcDims& p, bool acc) {
+  constexpr int CS = HS == 256 ? 2 : 1;  // (see k_bwd_kv)
+  constexpr size_t kv = kv_smem<HS, false, NB>(), q = kQSmem<HS>;
+  static bool once = (opt_in_smem(k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS>, kv),
+                      opt_in_smem(k_bwd_q<BF, HS, QF, MBQ, OPT>, q), true);
+  (void)once;
+  const int nt = (p.T + BR - 1) / BR;
+  k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS><<<dim3(nt, p.K, B), 32 * kWarps * CS, kv, cuda::stream()>>>(
+      qkv, dout, lse, delta, dqkv, dqkv16, nullptr, p, acc);
+  ZR_CUDA(cudaGetLastError());
+  k_bwd_q<BF, HS, QF, MBQ, OPT>
+      <<<dim3(nt, p.H, B), 32 * kWarps, q, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16, p, acc);
+  ZR_CUDA(cudaGetLastError());
+}
+template <bool BF, int HS, int MBKV, int MBQ, int NB, bool QF>
+void bwd_two(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+             uint16_t* dqkv16, int B, const TcDims& p, bool acc) {
+  if (p.window > 0 || p.cap)
+    bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
+  else
+    bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
+}
+
+template <bool BF, int HS>
+void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
+           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, const TcDims& p, int cfg) {
+  const int64_t rows = (int64_t)B * p.T * p.H;
+  if (dq_acc) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS, cuda::stream()));
+  const unsigned dg = (unsigned)std::min<int64_t>((rows + 31) / 32, 1 << 16);  // 32 (row, head) pairs per block
+  if (out16)
+    k_delta<BF, HS, uint16_t><<<dg, 256, 0, cuda::stream()>>>(out16, dout, delta, B, p.T, p.H);
+  else
+    k_delta<BF, HS, float><<<dg, 256, 0, cuda::stream()>>>(out, dout, delta, B, p.T, p.H);
+  ZR_CUDA(cudaGetLastError());
+  const bool opt = p.window > 0 || p.cap;
+  if (dq_acc) {
+    if constexpr (HS == 64) {
+      ZR_CHECK(cfg == 0 || !opt, "attention backward variant ", cfg,
+               " has no sliding window or soft-capping (variant 0 has)");
+      // Times: GPT-2 124M's shape on the H200 (B 8, H 12, T 1024), one probe call (session 9).
+      auto* run = opt ? bwd_kv2<BF, 32, false, true, true> : bwd_kv2<BF, 32, false>;
+      switch (cfg) {
+        case 0:  // 32 keys a warp (128 a block), 32 queries at a time, every head's longest key tile first: 190.9 us
+          break;
+        case 1:  // 16 keys a warp (64 a block), registers for three blocks an SM (at most 168), longest first: 223.7 us
+          run = bwd_kv_dq<BF, 64, 3, true, true>;
+          break;
+        case 2:  // variant 1, the compiler's register choice (202: two blocks) in grid order: 259.1 us
+          run = bwd_kv_dq<BF, 64, 1>;
+          break;
+        case 3:  // variant 1 with exp2f (the denormal-exact exponential) in grid order: 251.0 us
+          run = bwd_kv_dq<BF, 64, 3, false>;
+          break;
+        case 4:  // variant 1 in grid order (each head's key tiles, one head after another): 249.3 us
+          run = bwd_kv_dq<BF, 64, 3>;
+          break;
+        case 5:  // variant 0 with 16 queries at a time, K and V fragments in registers (255 registers, spills): 216.4
+                 // us
+          run = bwd_kv2<BF, 16, true>;
+          break;
+        case 6:  // variant 0 with 16 queries at a time: 206.1 us
+          run = bwd_kv2<BF, 16, false>;
+          break;
+        case 7:  // variant 0 in grid order: 231.0 us
+          run = bwd_kv2<BF, 32, false, false>;
+          break;
+        default:
+          ZR_FAIL("attention backward variant ", cfg, " does not exist (0..", kBwdCfgs64 - 1, ")");
+      }
+      run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, B, p, acc);
+    } else {
+      ZR_CHECK(cfg >= 0 && cfg < kBwdCfgsN, "attention backward variant ", cfg, " does not exist at head size ", HS,
+               " (0..", kBwdCfgsN - 1, ")");
+      ZR_CHECK(cfg == 0 || !opt, "attention backward variant ", cfg,
+               " has no sliding window or soft-capping (variant 0 has)");
+      // 16 keys a warp (64 a block), longest first; head size 256: one Q / dO buffer (shared memory) and dK, dV's
+      // columns split over two warps (variant 1: not split, spilling registers); 128: variant 1 splits them.
+      constexpr int MB = HS >= 128 ? 1 : 2, NB = HS == 256 ? 1 : 2, CS0 = HS == 256 ? 2 : 1,
+                    CS1 = HS >= 128 ? 3 - CS0 : 1;
+      auto* run =
+          opt ? bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS0> : bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS0>;
+      if (cfg == 1) run = bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS1>;
+      run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, B, p, acc);
+    }
+    const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
+    k_dq_out<BF, HS><<<og, 256, 0, cuda::stream()>>>(dq_acc, dqkv, dqkv16, B, p, acc);
+    ZR_CUDA(cudaGetLastError());
+    return;
+  }
+  if constexpr (HS == 64)
+    bwd_two<BF, HS, 3, 3, 2, true>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
+  else if constexpr (HS == 256)
+    bwd_two<BF, HS, 1, 1, 1, false>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
+  else
+    bwd_two<BF, HS, 1, 2, 2, HS <= 96>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
+}
+
+template <bool BF>
+void bwd_e(int D, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
+           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, const TcDims& p, int cfg) {
+  switch (D) {
+    case 64:
+      return bwd_h<BF, 64>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+    case 80:
+      return bwd_h<BF, 80>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+    case 96:
+      return bwd_h<BF, 96>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+    case 128:
+      return bwd_h<BF, 128>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+    case 256:
+      return bwd_h<BF, 256>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+    default:
+      ZR_FAIL("tensor-core attention has no head size ", D);
+  }
+}
+
+bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+bool tc_head_size(int64_t D) { return D == 64 || D == 80 || D == 96 || D == 128 || D == 256; }
+}  // namespace
+
+bool tc_supported(const AttnDims& d) {
+  // The kernels index rows and tiles in 32-bit ints.
+  return tc_head_size(d.D) && d.T * d.width() < (int64_t{1} << 31) && d.T < (int64_t{1} << 30);
+}
+const char* tc_head_sizes() { return "64, 80, 96, 128, 256"; }
+int tc_forward_configs(int64_t head_size) { return head_size == 64 ? kFwdCfgs64 : kFwdCfgsN; }
+int tc_backward_configs(int64_t head_size) { return head_size == 64 ? kBwdCfgs64 : kBwdCfgsN; }
+const char* tc_forward_config_name(int64_t head_size, int cfg) { return fwd_name((int)head_size, cfg); }
+
 void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, const AttnDims& d, int cfg) {
-  ZR_CHECK(tc_supported(d), "tensor-core attention needs head size ", HS, ", got ", d.D);
+  ZR_CHECK(tc_supported(d), "tensor-core attention needs head size ", tc_head_sizes(), ", got ", d.D);
   ZR_CHECK(aligned(qkv, 16) && aligned(out ? (const void*)out : out16, 8),
            "tensor-core attention needs 16-byte aligned qkv and an 8-byte aligned output");
-  const int64_t B = d.B, T = d.T, C = d.H * d.D, H = d.H;
-  if (B * T == 0) return;
+  if (d.B * d.T == 0) return;
+  const TcDims p = tc_dims(d);
   if (bf16)
-    fwd_e<true>(cfg, qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
+    fwd_e<true>(cfg, (int)d.D, qkv, out, out16, lse, (int)d.B, p);
   else
-    fwd_e<false>(cfg, qkv, out, out16, lse, (int)B, (int)T, (int)C, (int)H);
+    fwd_e<false>(cfg, (int)d.D, qkv, out, out16, lse, (int)d.B, p);
 }
 
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
                  const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc,
                  const AttnDims& d, int cfg) {
-  ZR_CHECK(tc_supported(d), "tensor-core attention needs head size ", HS, ", got ", d.D);
+  ZR_CHECK(tc_supported(d), "tensor-core attention needs head size ", tc_head_sizes(), ", got ", d.D);
   ZR_CHECK(aligned(qkv, 16) && aligned(dout, 16) && aligned(out ? (const void*)out : out16, 16),
            "tensor-core attention needs 16-byte aligned qkv, output and output gradient");
-  const int64_t B = d.B, T = d.T, C = d.H * d.D, H = d.H;
-  if (B * T == 0) return;
+  if (d.B * d.T == 0) return;
+  const TcDims p = tc_dims(d);
   if (bf16)
-    bwd_e<true>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H, cfg);
+    bwd_e<true>((int)d.D, qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)d.B, p, cfg);
   else
-    bwd_e<false>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)B, (int)T, (int)C, (int)H, cfg);
+    bwd_e<false>((int)d.D, qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)d.B, p, cfg);
 }
 
 }  // namespace zerorun::kernels::flash
