@@ -35,8 +35,8 @@ print(f"{d.split('/')[-1]}: {len(docs)} documents vs Python tokenizers: {'identi
 PY
 done
 nproc
-for m in gpt2 llama3 qwen3 llama2; do
-  for t in 1 2 4 8 16; do
+for m in ${BENCH_MODELS:-gpt2 llama3 qwen3 llama2}; do
+  for t in ${BENCH_THREADS:-1 2 4 8 16}; do
     echo -n "zerorun $m "; "$B/zr_tok" --bench "$B/$m" "$B/bench.txt" $t
     RAYON_NUM_THREADS=$t python3 - "$B/$m" "$B/bench.txt" $t <<'PY'
 import sys, time
