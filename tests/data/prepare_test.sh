@@ -52,6 +52,16 @@ set +e
 set -e
 [ $rc = 1 ] && grep -q "uint16" "$WORK/err" || fail "llmc with a large vocabulary: rc $rc $(cat "$WORK/err")"
 
+# Training reads the shards (zerorun format, uint16 here), with held-out documents for eval.
+"$ZR" prepare /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 --tokenizer "$L/tokenizer-gpt2/models" \
+  -o "$WORK/tr/d" --val_docs 1 --quiet > /dev/null
+"$ZR" init --arch gpt2 --vocab 50257 --n_ctx 32 --n_embd 16 --n_layer 1 --n_head 2 -o "$WORK/tiny.bin" > /dev/null
+"$ZR" --config "$HERE/../../configs/quickstart_cpu.json" "$WORK/tiny.bin" --data "$WORK/tr/d_0*.bin" \
+  --eval_data "$WORK/tr/d_val_*.bin" --steps 2 --seq_len 32 --device cpu > "$WORK/train.log" 2>&1 ||
+  fail "training on prepared shards: $(tail -5 "$WORK/train.log")"
+grep -q "eval_loss" "$WORK/train.log" || fail "no eval loss: $(tail -5 "$WORK/train.log")"
+echo "training: 2 steps on prepared shards, eval on the held-out document"
+
 # Errors: file:line and what is wrong (exit 1); usage (exit 2).
 printf '{"text": "ok"}\n{"text": "bad"\n' > "$WORK/bad.jsonl"
 printf '{"text": "ok"}\n\n{"title": "x", "body": "y"}\n' > "$WORK/keys.jsonl"
