@@ -130,6 +130,8 @@ class Backend {
   virtual void geglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) = 0;
   virtual void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) = 0;
   virtual void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) = 0;
+  // x[i, :] = 0 for the rows i < N (of C) whose ids[i] == value.
+  virtual void zero_rows(const int32_t* ids, int32_t value, float* x, int64_t N, int64_t C) = 0;
   virtual void act_fwd(Act act, const float* x, float* y, int64_t n) = 0;
   virtual void act_bwd(Act act, const float* x, const float* dy, Grad dx, int64_t n) = 0;
   virtual void layernorm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,

@@ -217,7 +217,8 @@ def hf_forward(cfg_full, w, tokens, targets):
         y = x @ w[n + ".weight"].t()
         return y + w[n + ".bias"] if bias and n + ".bias" in w else y
 
-    h = w["model.embed_tokens.weight"][tokens]
+    pad = cfg.get("pad_token_id")  # transformers' nn.Embedding(..., padding_idx=pad_token_id)
+    h = F.embedding(tokens, w["model.embed_tokens.weight"], padding_idx=pad)
     if gemma:
         h = h * torch.tensor(C ** 0.5, dtype=torch.float64)
     pos = torch.arange(Tt)
@@ -307,14 +308,14 @@ def cases():
                    rope_theta=10000.0, sliding_window=7, tie_word_embeddings=False, head_dim=None)
     qwen2 = base("qwen2", architectures=["Qwen2ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-6,
                  rope_theta=1000000.0, tie_word_embeddings=True, use_sliding_window=False, sliding_window=32,
-                 max_window_layers=21, rope_scaling=None, bos_token_id=151643, eos_token_id=151645)
+                 max_window_layers=21, rope_scaling=None, bos_token_id=43, eos_token_id=45)
     qwen3 = base("qwen3", architectures=["Qwen3ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-6, head_dim=16,
                  rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False, use_sliding_window=False,
                  sliding_window=None, max_window_layers=28, rope_scaling=None)
     phi3 = base("phi3", architectures=["Phi3ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-5, rope_theta=10000.0,
                 sliding_window=9, resid_pdrop=0.0, embd_pdrop=0.0, original_max_position_embeddings=T,
-                tie_word_embeddings=False, rope_scaling=None, num_key_value_heads=4, eos_token_id=32000,
-                pad_token_id=32000)
+                tie_word_embeddings=False, rope_scaling=None, num_key_value_heads=4, eos_token_id=32,
+                pad_token_id=32)
     olmo2 = base("olmo2", architectures=["Olmo2ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-6,
                  rope_theta=500000.0, attention_bias=False, tie_word_embeddings=False, rope_scaling=None,
                  pad_token_id=1, eos_token_id=3)

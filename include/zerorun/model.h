@@ -68,6 +68,7 @@ struct LlamaSpec {
   int64_t window = 0;                              // > 0: sliding-window attention of this many keys
   std::vector<bool> sliding;      // per layer: whether it uses the window (empty: every layer, when window > 0)
   double local_rope_theta = 0.0;  // > 0: the rope base of sliding layers (Gemma 3), unscaled
+  int64_t padding_idx = -1;       // >= 0: config.pad_token_id, whose embedding row the lookup gives no gradient
   json hf_config;                 // the imported config.json (merge writes it back with what training changed)
   int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };

@@ -88,6 +88,10 @@ class CpuBackend : public Backend {
   void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) override {
     cpu::unary_bwd(op, a, x, dy, acc_ptr(dx, n), n);
   }
+  void zero_rows(const int32_t* ids, int32_t value, float* x, int64_t N, int64_t C) override {
+    for (int64_t i = 0; i < N; ++i)
+      if (ids[i] == value) std::fill(x + i * C, x + (i + 1) * C, 0.f);
+  }
   void qk_norm_fwd(const float* x, const float* wq, const float* wk, float* y, float* rstd, int64_t N, int64_t H,
                    int64_t K, int64_t D, bool full, float eps) override {
     cpu::qk_norm_fwd(x, wq, wk, y, rstd, N, H, K, D, full, eps);

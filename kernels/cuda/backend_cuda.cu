@@ -1413,6 +1413,9 @@ class CudaBackend : public Backend {
     ZR_CHECK(!dx.h, "unary ops take f32 gradients");
     if (dx.p) qk::unary_bwd(op, a, x, dy, dx.p, dx.acc, n, cuda::stream());
   }
+  void zero_rows(const int32_t* ids, int32_t value, float* x, int64_t N, int64_t C) override {
+    qk::zero_rows(ids, value, x, N, C, cuda::stream());
+  }
   void qk_norm_fwd(const float* x, const float* wq, const float* wk, float* y, float* rstd, int64_t N, int64_t H,
                    int64_t K, int64_t D, bool full, float eps) override {
     qk::norm_fwd(x, wq, wk, y, rstd, N, H, K, D, full, eps, cuda::stream());
@@ -1566,7 +1569,8 @@ class CudaBackend : public Backend {
     if (tensor_core_attention(d)) {
       Half q16 = qkv.h ? Half() : to16(qkv.p, n3), d16 = dout.h ? Half() : to16(dout.p, n);
       const bool atomics = attn_atomics_ && !deterministic_;
-      DevBuf<float> dq_acc = atomics ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
+      // dQ's accumulator, then dK's and dV's (grouped-query heads): B*T*(H + 2K)*D floats.
+      DevBuf<float> dq_acc = atomics ? DevBuf<float>(static_cast<size_t>(n3), false) : DevBuf<float>();
       flash::tc_backward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, dout.h ? dout.h : d16.p, dqkv.p,
                          dqkv.h, dqkv.acc, delta.p, dq_acc.p, d);
       return;

@@ -14,6 +14,7 @@ void norm_fwd(const float* x, const float* wq, const float* wk, float* y, float*
 // dx (added into where acc, else written; null: not wanted), dwq / dwk added into (null: not wanted).
 void norm_bwd(const float* x, const float* wq, const float* wk, const float* rstd, const float* dy, float* dx, bool acc,
               float* dwq, float* dwk, int64_t N, int64_t H, int64_t K, int64_t D, bool full, cudaStream_t s);
+void zero_rows(const int32_t* ids, int32_t value, float* x, int64_t N, int64_t C, cudaStream_t s);
 void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n, cudaStream_t s);
 void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, float* dx, bool acc, int64_t n, cudaStream_t s);
 }  // namespace zerorun::kernels::qk

@@ -184,6 +184,10 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
   Builder b(seed);
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
   std::string x = b.token_embed("embed_tokens.weight", "", s.vocab, s.n_ctx, C, std);
+  if (s.padding_idx >= 0) {  // transformers' nn.Embedding(vocab, hidden, padding_idx=config.pad_token_id)
+    ZR_CHECK(s.padding_idx < s.vocab, mt, ": pad_token_id ", s.padding_idx, " is outside the vocabulary of ", s.vocab);
+    b.m.graph.nodes.back().attrs["padding_idx"] = s.padding_idx;
+  }
   if (s.embed_scale > 0) x = b.node("scale", {x}, "embed_tokens.scaled", {}, {{"factor", s.embed_scale}});
   json norm_attrs = {{"eps", s.rms_eps}};
   if (s.norm_offset != 0) norm_attrs["offset"] = s.norm_offset;

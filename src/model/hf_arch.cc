@@ -226,6 +226,16 @@ LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector
     s.head_dim = 0;  // the default: no attribute needed
   }
   s.tied = c.flag("tie_word_embeddings", gemma);
+  // transformers' embedding takes pad_token_id as torch's padding_idx (no gradient for that row from the lookup;
+  // negative counts from the end; outside the vocabulary torch refuses to build the model).
+  if (c.has("pad_token_id")) {
+    ZR_CHECK(c.j["pad_token_id"].is_number_integer(), path, ": pad_token_id must be an integer or null, got ",
+             c.j["pad_token_id"].dump());
+    const int64_t p = c.j["pad_token_id"].get<int64_t>();
+    ZR_CHECK(p >= -s.vocab && p < s.vocab, path, ": pad_token_id ", p, " is outside the vocabulary of ", s.vocab,
+             " (torch's embedding refuses it as padding_idx too)");
+    s.padding_idx = p < 0 ? p + s.vocab : p;
+  }
   s.rms_eps = c.number("rms_norm_eps", mt == "phi3" || mt == "olmo2" ? 1e-5 : 1e-6);
   ZR_CHECK(s.rms_eps > 0 && s.rms_eps < 1, path, ": rms_norm_eps must be a small positive number");
   // The MLP's activation.

@@ -1,6 +1,8 @@
 // embedding: rows of a [V, C] table picked by i32 ids. With attrs
 // {"position": true} it ignores the id values and adds row t to position t
-// of a [B, T] input (GPT-2's learned positional embedding).
+// of a [B, T] input (GPT-2's learned positional embedding). padding_idx: as
+// torch.nn.Embedding's (transformers passes config.pad_token_id): that row's
+// gradient from this lookup is zero.
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -16,6 +18,11 @@ class Embedding : public Op {
     ZR_CHECK(in[0].dtype == DType::I32, "ids must be i32, got ", dtype_name(in[0].dtype));
     const Shape& w = p.at("weight");
     ZR_CHECK(w.size() == 2, "weight must be [V, C], got ", shape_str(w));
+    if (n.attrs.contains("padding_idx")) {
+      const int64_t p = attr_int(n, "padding_idx");
+      ZR_CHECK(p >= 0 && p < w[0] && !positional(n), "attribute 'padding_idx' ", p,
+               " must name a row of the token table (0 .. ", w[0] - 1, ")");
+    }
     if (positional(n)) {
       ZR_CHECK(in[0].shape.size() == 2, "positional embedding needs [B, T] ids");
       ZR_CHECK(in[0].shape[1] <= w[0], "sequence length ", in[0].shape[1], " exceeds the ", w[0],
@@ -48,8 +55,15 @@ class Embedding : public Op {
     int64_t C = dw.dim(1);
     if (positional(*c.node))
       be(c).pos_embedding_bwd(c.dout[0].f32(), dw.f32(), ids.dim(0), ids.dim(1), C);
-    else
+    else if (c.node->attrs.contains("padding_idx")) {  // the gradient without the padding token's positions
+      const Tensor& dy = c.dout[0];
+      Tensor d = new_out(dy.shape(), device_of(c));
+      be(c).unary_fwd(kernels::cpu::Unary::Scale, 1.f, dy.f32(), d.f32(), dy.numel());
+      be(c).zero_rows(ids.i32(), static_cast<int32_t>(attr_int(*c.node, "padding_idx")), d.f32(), ids.numel(), C);
+      be(c).embedding_bwd(ids.i32(), d.f32(), dw.f32(), ids.numel(), C, dw.dim(0));
+    } else {
       be(c).embedding_bwd(ids.i32(), c.dout[0].f32(), dw.f32(), ids.numel(), C, dw.dim(0));
+    }
   }
 };
 }  // namespace
