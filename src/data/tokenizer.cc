@@ -357,7 +357,7 @@ struct PreDigits : PreTokenizer {
     for (size_t i = 0; i < s.size();) {
       size_t j = i;
       const uint32_t cp = next_cp(s, j);
-      if (unicode::category(cp) == unicode::Nd) {
+      if (cp >= '0' && cp <= '9') {  // ASCII digits, as both reference implementations split
         if (!individual && !m.empty() && m.back().second == i)
           m.back().second = j;
         else
