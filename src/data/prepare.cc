@@ -98,16 +98,20 @@ class Preparer {
     }
   }
 
-  std::string render(const ojson& messages, bool gen) const {
+  // The record's other keys (tools, documents, ...) are template variables too.
+  std::string render(const ojson& messages, bool gen, const ojson& record) const {
     ojson ctx = {{"messages", messages},
                  {"add_generation_prompt", gen},
                  {"bos_token", tok_.bos_token()},
                  {"eos_token", tok_.eos_token()}};
+    for (auto it = record.begin(); it != record.end(); ++it)
+      if (!ctx.contains(it.key()) && it.key() != "prompt" && it.key() != "completion") ctx[it.key()] = it.value();
     return template_->render(ctx);
   }
 
   // A conversation; with train_on completions, the assistant turns from message `first_target` on are targets.
-  void chat(const ojson& messages, const std::string& where, DocOut& d, size_t first_target = 0) const {
+  void chat(const ojson& messages, const ojson& record, const std::string& where, DocOut& d,
+            size_t first_target = 0) const {
     ZR_CHECK(template_, where, ": a \"messages\" record needs a chat template, and ", o_.tokenizer,
              " has none (tokenizer_config.json's chat_template or chat_template.jinja): give --chat_template FILE");
     ZR_CHECK(messages.is_array() && !messages.empty(), where, ": \"messages\" must be a non-empty list");
@@ -117,7 +121,7 @@ class Preparer {
                ": messages[", i, "] needs \"role\" (a string) and \"content\"");
     }
     std::string full;
-    ZR_WITH_CONTEXT(where, full = render(messages, false));
+    ZR_WITH_CONTEXT(where, full = render(messages, false, record));
     std::vector<std::pair<size_t, size_t>> spans;
     if (o_.train_on == "completions") {
       size_t searched = 0;
@@ -131,8 +135,8 @@ class Preparer {
         const ojson before(messages.begin(), messages.begin() + static_cast<long>(i));
         const ojson upto(messages.begin(), messages.begin() + static_cast<long>(i) + 1);
         std::string p, f;
-        ZR_WITH_CONTEXT(where, p = render(before, true));
-        ZR_WITH_CONTEXT(where, f = render(upto, false));
+        ZR_WITH_CONTEXT(where, p = render(before, true, record));
+        ZR_WITH_CONTEXT(where, f = render(upto, false, record));
         size_t pos = std::string::npos;
         const bool prefix = f.compare(0, p.size(), p) == 0 && full.compare(0, f.size(), f) == 0;
         if (full.compare(0, p.size(), p) == 0 && p.size() >= searched) {
@@ -184,12 +188,12 @@ class Preparer {
       }
       ZR_CHECK(j.is_object(), r.where, ": a record must be a JSON object");
       if (j.contains("messages")) {
-        chat(j["messages"], r.where, d);
+        chat(j["messages"], j, r.where, d);
       } else if (j.contains("prompt") && j.contains("completion") && j["prompt"].is_array() &&
                  j["completion"].is_array()) {  // conversational prompt-completion (as TRL writes it)
         ojson messages = j["prompt"];
         for (const ojson& m : j["completion"]) messages.push_back(m);
-        chat(messages, r.where, d, j["prompt"].size());
+        chat(messages, j, r.where, d, j["prompt"].size());
       } else if (j.contains("prompt") || j.contains("completion")) {
         ZR_CHECK(
             j.contains("prompt") && j["prompt"].is_string() && j.contains("completion") && j["completion"].is_string(),

@@ -20,7 +20,7 @@ for (const line of fs.readFileSync(recordsPath, 'utf8').split('\n')) {
   const r = JSON.parse(line);
   let ids, targets, untargets = [];
   if (r.messages) {
-    const enc = tok.apply_chat_template(r.messages, { tokenize: true, return_tensor: false });
+    const enc = tok.apply_chat_template(r.messages, { tokenize: true, return_tensor: false, tools: r.tools });
     ids = Array.from(enc.input_ids ?? enc);
     targets = r.messages.filter((m) => m.role === 'assistant').map((m) => m.content.split('</think>').pop().trim());
   } else if (Array.isArray(r.prompt)) {  // conversational prompt-completion: only the completion's turns train

@@ -18,8 +18,13 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 for m in qwen3 qwen2_5 llama3 gemma3; do
   dir="$L/tokenizer-$m/models"
-  node "$NPM_DIR/scripts/prepare_oracle.mjs" "$dir" "$CASES" "$WORK/$m.oracle"
-  "$ZR" prepare "$CASES" --tokenizer "$dir" -o "$WORK/$m/d" --quiet > "$WORK/$m.log"
+  cases=$CASES
+  if [ $m != gemma3 ]; then  # a conversation with tools, tool calls and a tool result (Gemma's template raises)
+    cat "$CASES" "$HERE/prepare_cases_tools.jsonl" > "$WORK/cases_tools.jsonl"
+    cases="$WORK/cases_tools.jsonl"
+  fi
+  node "$NPM_DIR/scripts/prepare_oracle.mjs" "$dir" "$cases" "$WORK/$m.oracle"
+  "$ZR" prepare "$cases" --tokenizer "$dir" -o "$WORK/$m/d" --quiet > "$WORK/$m.log"
   "$TOOL" --dump "$WORK/$m/d_000000.bin" "$dir" > "$WORK/$m.dump"
   node "$NPM_DIR/scripts/prepare_compare.mjs" "$m" "$WORK/$m.oracle" "$WORK/$m.dump"
 done
