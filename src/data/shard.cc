@@ -51,6 +51,8 @@ TokenShard read_token_shard(const std::string& path) {
   const bool has_mask = h[7] & 1;
   ZR_CHECK(width == 2 || width == 4, path, ": header word 4 (bytes a token) is ", width, ", expected 2 or 4");
   ZR_CHECK(count >= 0 && docs >= 0, path, ": negative token or document count");
+  ZR_CHECK(static_cast<uint64_t>(count) <= size && static_cast<uint64_t>(docs) <= size, path, ": header says ", count,
+           " tokens and ", docs, " documents, more than the file's ", size, " bytes can hold");
   const uint64_t need = sizeof h + static_cast<uint64_t>(count) * (static_cast<uint64_t>(width) + (has_mask ? 1 : 0)) +
                         8 * (static_cast<uint64_t>(docs) + 1);
   ZR_CHECK(size == need, path, ": header says ", count, " tokens of ", width, " bytes",
