@@ -49,4 +49,17 @@ class Tokenizer {
   std::shared_ptr<const Impl> impl_;
 };
 
+// Learns a byte-level BPE tokenizer (GPT-2's scheme: its pre-tokenizer regex, the 256 byte symbols, then merges
+// of the most frequent adjacent pair, ties to the smaller pair) from text files (JSONL: the "text" of each line)
+// and writes `out_dir`/tokenizer.json + tokenizer_config.json that zerorun, transformers and transformers.js load.
+// `special` tokens (the first is BOS/EOS/UNK) take the first ids. Returns the vocabulary size reached.
+struct TokenizerTrainOptions {
+  std::vector<std::string> inputs;  // files or glob patterns
+  std::string out_dir;
+  int64_t vocab_size = 4096;
+  int64_t min_frequency = 2;
+  std::vector<std::string> special = {"<|endoftext|>"};
+};
+int64_t train_bpe_tokenizer(const TokenizerTrainOptions& o);
+
 }  // namespace zerorun

@@ -1,4 +1,4 @@
-// The `zerorun` command: launch (default), train, eval, init, import, merge, report, estimate, prepare.
+// The `zerorun` command: launch (default), train, eval, init, import, merge, report, estimate, prepare, tokenizer.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -21,6 +21,7 @@
 #include "zerorun/merge.h"
 #include "zerorun/model.h"
 #include "zerorun/stop_signal.h"
+#include "zerorun/tokenizer.h"
 #include "zerorun/strict_json.h"
 #include "zerorun/trainer.h"
 #include "zerorun/zero_plan.h"
@@ -268,6 +269,15 @@ int main(int argc, char** argv) {
   prep_cmd->add_option("--threads", prep.threads, "tokenizer threads (default: every core)")->check(at_least(0));
   prep_cmd->add_flag("--quiet", prep_quiet, "no progress bar");
 
+  TokenizerTrainOptions tok_train;
+  auto* tok_cmd = app.add_subcommand("tokenizer", "learn a byte-level BPE tokenizer.json from text (GPT-2's scheme)");
+  tok_cmd->add_option("inputs", tok_train.inputs, "text files or glob patterns (*.jsonl: the \"text\" of each line)")
+      ->required();
+  tok_cmd->add_option("-o,--out", tok_train.out_dir, "directory for tokenizer.json + tokenizer_config.json")->required();
+  tok_cmd->add_option("--vocab_size", tok_train.vocab_size, "tokens in all (default 4096)")->check(at_least(1));
+  tok_cmd->add_option("--min_frequency", tok_train.min_frequency, "stop when the best pair is rarer (default 2)")
+      ->check(at_least(1));
+
   std::string merge_in, merge_out, merge_tag = "latest", merge_dtype = "fp32";
   auto* merge_cmd = app.add_subcommand("merge", "rebuild full weights from ZeRO shards (no GPU, no MPI)");
   merge_cmd->add_option("checkpoint", merge_in, "save_dir or a global_step<N> directory")->required();
@@ -366,6 +376,12 @@ int main(int argc, char** argv) {
           "%.1f MiB)\n",
           (r.peak_rss_bytes - r.baseline_rss_bytes) / 1048576.0, r.peak_rss_bytes / 1048576.0, r.params * 4 / 1048576.0,
           r.largest * 4 / 1048576.0);
+      return 0;
+    }
+    if (*tok_cmd) {
+      const int64_t n = train_bpe_tokenizer(tok_train);
+      std::printf("wrote %s/tokenizer.json: byte-level BPE, %lld tokens\n", tok_train.out_dir.c_str(),
+                  static_cast<long long>(n));
       return 0;
     }
     if (*prep_cmd) {

@@ -285,3 +285,33 @@ TEST_CASE("jinja: statements, expressions, filters, whitespace control and error
   CHECK_THAT(error_of([&] { render("{{ x | nosuchfilter }}"); }), Contains("unknown filter 'nosuchfilter'"));
   CHECK_THAT(error_of([&] { render("{% for x in y %}"); }), Contains("missing {% endfor %}"));
 }
+
+TEST_CASE("tokenizer training: byte-level BPE learnt from text loads and compresses it", "[tokenizer]") {
+  const std::string dir = "/tmp/zr_bpe_train_" + std::to_string(std::random_device{}());
+  const std::string text = dir + ".txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 50; ++i) f << "the cat sat on the mat; the hat is on the cat. ";
+  }
+  TokenizerTrainOptions o;
+  o.inputs = {text};
+  o.out_dir = dir;
+  o.vocab_size = 1000;  // more than the text has pairs for: stops when every word is one token
+  const int64_t n = train_bpe_tokenizer(o);
+  CHECK(n > 257);
+  CHECK(n < 300);
+  const Tokenizer t = Tokenizer::load(dir);
+  CHECK(t.vocab_size() == n);
+  CHECK(t.token_to_id("<|endoftext|>") == 0);
+  CHECK(t.eos_id() == 0);
+  const auto ids = t.encode("the cat sat on the mat", false);
+  CHECK(ids.size() == 6);  // every word became one token
+  CHECK(t.decode(ids) == "the cat sat on the mat");
+  CHECK(t.encode("z\xC3\xA9!", false).size() == 4);  // unseen bytes still encode, one token each
+  o.vocab_size = 100;
+  CHECK_THAT(error_of([&] { train_bpe_tokenizer(o); }), Contains("--vocab_size 100 is below the 257 ids"));
+  std::remove(text.c_str());
+  std::remove((dir + "/tokenizer.json").c_str());
+  std::remove((dir + "/tokenizer_config.json").c_str());
+  std::remove(dir.c_str());
+}
