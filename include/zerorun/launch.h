@@ -28,18 +28,61 @@ struct Placement {
   std::vector<int> slots;  // slot (GPU) ids used on that host
 };
 
+// Splits `s` as a POSIX shell splits words (no expansion): blanks separate words, '...' keeps everything literal,
+// "..." keeps everything but \" \\ \$ \` (and \newline), a backslash outside quotes escapes the next character.
+// An unterminated quote or a trailing backslash is an error naming `option`.
+std::vector<std::string> shell_split(const std::string& s, const std::string& option);
+
+// One variable of the job's environment, forwarded to every rank on every host.
+struct EnvVar {
+  std::string name, value;
+  // Taken from the launching environment: forwarded by name where the launcher reads the value from its own
+  // environment (openmpi -x NAME, mpich -genvlist, slurm --export=NAME), so values stay off the command line.
+  bool inherited = false;
+};
+// Whether zerorun forwards this variable of the launching environment to every rank: ZERORUN_*, NCCL_*, UCX_*,
+// OMP_NUM_THREADS (not ZERORUN_SLOTS, which the launcher computes).
+bool forwarded_name(const std::string& name);
+// A DeepSpeed .deepspeed_env file: KEY=VALUE lines (key and value stripped of blanks, the value kept literally
+// after the first '='); blank lines and lines starting with '#' are skipped. `source` names the file in errors
+// (with line numbers): a line without '=' or a key that is not a variable name.
+std::vector<EnvVar> parse_env_file(const std::string& text, const std::string& source);
+// Where DeepSpeed looks for it, in its order (a later file's KEY wins): $HOME/NAME, then ./NAME, NAME being
+// $DS_ENV_FILE or ".deepspeed_env".
+std::vector<std::string> env_file_paths(const char* ds_env_file, const char* home);
+// The job's environment: the forwarded variables of `environ` (NAME=VALUE entries), then the regular files among
+// `env_files` in order, a later entry replacing an earlier one of the same name.
+std::vector<EnvVar> job_environment(const std::vector<std::string>& environ, const std::vector<std::string>& env_files);
+// The same from this process's environment and DeepSpeed's files.
+std::vector<EnvVar> job_environment();
+
 struct LaunchRequest {
   std::vector<Host> hosts;  // empty: this machine only ("localhost")
   std::string include, exclude;
   int num_nodes = -1;                // -1: all
   int num_gpus = -1;                 // per node; -1: all slots (or 1 with no hostfile)
-  std::string launcher = "openmpi";  // openmpi | mpich | slurm
-  std::string launcher_args;         // extra launcher arguments, split on spaces
+  std::string launcher = "openmpi";  // openmpi | mpich | slurm | msmpi
+  std::string launcher_args;         // extra launcher arguments, split like a shell
   std::string master_addr, master_port = "29500";
   std::string mpirun;  // path of mpirun/mpiexec (openmpi/mpich)
   bool as_root = false;
   int local_cores = 1;
+  std::vector<EnvVar> env;  // the job's environment (job_environment())
+  std::string ssh;          // remote shell agent and its arguments ("ssh -p 2222 -o X=y"), split like a shell
+  int ssh_port = -1;        // -1: the agent's default
+  std::string nic;          // network interface(s) for MPI's and NCCL's sockets ("eth1" or "eth1,eth2")
 };
+
+// A comma-separated list of interface names (letters, digits, '_', '-', '.', ':'; at most 15 characters each).
+bool valid_nic_list(const std::string& nic);
+
+// Threads for one rank: unset (0) when OMP_NUM_THREADS is set; otherwise the host's `cores` divided by the ranks
+// on this host, as the MPI launcher tells each rank (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, SLURM's
+// SLURM_STEP_TASKS_PER_NODE + SLURM_NODEID, else ZERORUN_LOCAL_RANKS), at least 1.
+int host_threads(const std::map<std::string, std::string>& env, int cores);
+// In a rank: host_threads() from this process's environment and the cores it may run on, applied to OpenMP (and
+// exported as OMP_NUM_THREADS) when set. Returns the threads set, 0 when OMP_NUM_THREADS was given.
+int apply_host_threads();
 
 std::vector<Placement> place(const LaunchRequest& r);
 // argv of the launcher + `rank_cmd` (the per-rank command).

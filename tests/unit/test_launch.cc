@@ -1,6 +1,12 @@
 // Launcher: hostfile parsing, include/exclude, placement, launcher argv.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 
 #include "zerorun/launch.h"
 
@@ -96,18 +102,19 @@ TEST_CASE("launcher argv for openmpi, mpich, slurm", "[launch]") {
   REQUIRE(a.back() == "my config.json");  // one argv entry: no shell splitting
   r.launcher = "mpich";
   s = join(build_command(r, p, cmd));
-  REQUIRE_THAT(s, Catch::StartsWith("mpirun -n 3 -hosts worker-0:2,worker-1:1 -genv OMP_NUM_THREADS"));
+  REQUIRE_THAT(s, Catch::StartsWith("mpirun -n 3 -hosts worker-0:2,worker-1:1 -genv ZERORUN_SLOTS"));
   r.launcher = "slurm";
   s = join(build_command(r, p, cmd));
   REQUIRE_THAT(s, Catch::StartsWith("srun -n 3 --nodelist=worker-0,worker-1"));
   r.launcher = "pdsh";
-  REQUIRE_THROWS_WITH(build_command(r, p, cmd), Catch::Contains("openmpi, mpich or slurm"));
+  REQUIRE_THROWS_WITH(build_command(r, p, cmd), Catch::Contains("openmpi, mpich, slurm or msmpi"));
   LaunchRequest local;
   local.mpirun = "mpirun";
   local.num_gpus = 4;
   local.local_cores = 2;
   s = join(build_command(local, place(local), cmd));
-  REQUIRE_THAT(s, Catch::StartsWith("mpirun --oversubscribe -np 4 --bind-to none -x OMP_NUM_THREADS=1"));
+  REQUIRE_THAT(s, Catch::StartsWith("mpirun --oversubscribe -np 4 --bind-to none -x ZERORUN_SLOTS=localhost=0+1+2+3"));
+  REQUIRE_THAT(s, !Catch::Contains("OMP_NUM_THREADS"));  // each rank: its host's cores / its host's ranks
   REQUIRE_THAT(s, !Catch::Contains("--host"));
 }
 
@@ -138,4 +145,183 @@ TEST_CASE("the dry run rendering is shell-quoted, the argv stays an array", "[la
   CHECK(std::find(argv.begin(), argv.end(), "my cfg.json") != argv.end());  // one element, unsplit
   CHECK_THAT(shell_quote(argv), Catch::Contains("'ZERORUN_SLOTS=worker-0=0+1+2+3;worker-1=0+1+2+3'") &&
                                     Catch::Contains("--config 'my cfg.json'"));
+}
+
+namespace {
+std::string arg_after(const std::vector<std::string>& a, const std::string& flag, const std::string& starts = "") {
+  for (size_t i = 0; i + 1 < a.size(); ++i)
+    if (a[i] == flag && a[i + 1].rfind(starts, 0) == 0) return a[i + 1];
+  return "<none>";
+}
+size_t count(const std::vector<std::string>& a, const std::string& w) { return std::count(a.begin(), a.end(), w); }
+}  // namespace
+
+TEST_CASE("launcher_args and --ssh are split like a shell", "[launch]") {
+  using V = std::vector<std::string>;
+  CHECK(shell_split("", "--x").empty());
+  CHECK(shell_split("  a\tb  ", "--x") == V{"a", "b"});
+  CHECK(shell_split("--mca plm_rsh_args '-p 2222 -o A=b'", "--x") == V{"--mca", "plm_rsh_args", "-p 2222 -o A=b"});
+  CHECK(shell_split(R"(a"b c"d 'e'"f" "" '')", "--x") == V{"ab cd", "ef", "", ""});
+  CHECK(shell_split(R"("q\"x\\y\$z\a" 'n\o' a\ b \')", "--x") == V{"q\"x\\y$z\\a", "n\\o", "a b", "'"});
+  CHECK_THROWS_WITH(shell_split("-x 'a", "--launcher_args"),
+                    Catch::Contains("--launcher_args") && Catch::Contains("unterminated ' quote"));
+  CHECK_THROWS_WITH(shell_split("\"a", "--ssh"), Catch::Contains("--ssh") && Catch::Contains("unterminated \" quote"));
+  CHECK_THROWS_WITH(shell_split("a\\", "--ssh"), Catch::Contains("trailing backslash"));
+  LaunchRequest r = two_hosts();
+  r.launcher_args = "--mca plm_rsh_agent 'my agent.sh' -x \"A=b c\"";
+  auto a = build_command(r, place(r), {"zerorun", "train"});
+  CHECK(arg_after(a, "plm_rsh_agent") == "my agent.sh");
+  CHECK(arg_after(a, "-x", "A=") == "A=b c");
+  CHECK(a.back() == "train");
+}
+
+TEST_CASE("the remote shell: --ssh with arguments, --ssh_port, per launcher", "[launch]") {
+  LaunchRequest r = two_hosts();
+  r.ssh = "/usr/bin/ssh -o StrictHostKeyChecking=no -i '/keys/id'";
+  r.ssh_port = 2222;
+  auto a = build_command(r, place(r), {"zerorun"});
+  CHECK(arg_after(a, "--mca", "plm_rsh_agent") == "plm_rsh_agent");
+  CHECK(arg_after(a, "plm_rsh_agent") == "/usr/bin/ssh");
+  CHECK(arg_after(a, "plm_rsh_args") == "-o StrictHostKeyChecking=no -i /keys/id -p 2222");
+  r.ssh = "";  // the port alone: ssh -p
+  a = build_command(r, place(r), {"zerorun"});
+  CHECK(arg_after(a, "plm_rsh_agent") == "ssh");
+  CHECK(arg_after(a, "plm_rsh_args") == "-p 2222");
+  r.ssh = "ssh -o 'ProxyCommand=nc a b'";  // OpenMPI re-splits plm_rsh_args on blanks
+  CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun"}), Catch::Contains("--ssh") && Catch::Contains("blank"));
+  r.ssh = "ssh";
+  r.ssh_port = -1;
+  a = build_command(r, place(r), {"zerorun"});
+  CHECK(arg_after(a, "plm_rsh_agent") == "ssh");
+  CHECK(count(a, "plm_rsh_args") == 0);
+  r.launcher = "mpich";
+  r.ssh = "/opt/myssh";
+  a = build_command(r, place(r), {"zerorun"});
+  CHECK(arg_after(a, "-launcher-exec") == "/opt/myssh");
+  r.ssh_port = 2222;
+  CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun"}), Catch::Contains("--ssh"));
+  r.launcher = "slurm";
+  CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun"}), Catch::Contains("slurmd"));
+  r.launcher = "msmpi";
+  CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun"}), Catch::Contains("--ssh"));
+}
+
+TEST_CASE("--nic: MPI's TCP interfaces and NCCL_SOCKET_IFNAME", "[launch]") {
+  for (const char* ok : {"eth1", "eth1,eth2", "ib0", "enp65s0f1", "bond0.100", "eth0:1"}) CHECK(valid_nic_list(ok));
+  for (const char* no : {"", "eth1,", ",eth1", "-x", "a b", "eth;rm", "sixteen_chars_xx", "a,,b"})
+    CHECK(!valid_nic_list(no));
+  LaunchRequest r = two_hosts();
+  r.nic = "eth1";
+  auto a = build_command(r, place(r), {"zerorun"});
+  CHECK(arg_after(a, "btl_tcp_if_include") == "eth1");
+  CHECK(arg_after(a, "oob_tcp_if_include") == "eth1");
+  CHECK(arg_after(a, "-x", "NCCL_SOCKET_IFNAME") == "NCCL_SOCKET_IFNAME=eth1");
+  r.env = {{"NCCL_SOCKET_IFNAME", "eth0", true}};  // the option wins over the environment
+  a = build_command(r, place(r), {"zerorun"});
+  CHECK(arg_after(a, "-x", "NCCL_SOCKET_IFNAME") == "NCCL_SOCKET_IFNAME=eth1");
+  CHECK(count(a, "NCCL_SOCKET_IFNAME") == 0);
+  r.launcher = "mpich";
+  a = build_command(r, place(r), {"zerorun"});
+  CHECK(arg_after(a, "-iface") == "eth1");
+  CHECK(arg_after(a, "-genv", "NCCL_SOCKET_IFNAME") == "NCCL_SOCKET_IFNAME");
+  r.launcher = "slurm";
+  CHECK_THAT(join(build_command(r, place(r), {"zerorun"})), Catch::Contains(",NCCL_SOCKET_IFNAME=eth1,") &&
+                                                                Catch::Contains(",OMPI_MCA_btl_tcp_if_include=eth1,") &&
+                                                                Catch::Contains(",OMPI_MCA_oob_tcp_if_include=eth1 "));
+  r.nic = "eth1;reboot";
+  CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun"}), Catch::Contains("--nic"));
+}
+
+TEST_CASE(".deepspeed_env: DeepSpeed's files and rules, errors naming the line", "[launch]") {
+  auto e = parse_env_file("# comment\n\nNCCL_IB_DISABLE=1\n  PATH_X = /a b=c \r\nEMPTY=\nNCCL_IB_DISABLE=0\n", "f");
+  REQUIRE(e.size() == 3);
+  CHECK((e[0].name == "NCCL_IB_DISABLE" && e[0].value == "0" && !e[0].inherited));  // a later line wins
+  CHECK((e[1].name == "PATH_X" && e[1].value == "/a b=c"));                         // stripped, split at the first '='
+  CHECK((e[2].name == "EMPTY" && e[2].value.empty()));
+  CHECK_THROWS_WITH(parse_env_file("A=1\nNOEQUALS\n", "env"), Catch::Contains("env:2: expected 'NAME=VALUE'"));
+  CHECK_THROWS_WITH(parse_env_file("A B=1\n", "env"), Catch::Contains("env:1: 'A B' is not an environment variable"));
+  CHECK_THROWS_WITH(parse_env_file("1A=1\n", "env"), Catch::Contains("env:1"));
+  CHECK(env_file_paths(nullptr, "/home/u") == std::vector<std::string>{"/home/u/.deepspeed_env", "./.deepspeed_env"});
+  CHECK(env_file_paths("my_env", "/h") == std::vector<std::string>{"/h/my_env", "./my_env"});  // DS_ENV_FILE
+  CHECK(env_file_paths("/etc/job_env", "/h") == std::vector<std::string>{"/etc/job_env"});
+  CHECK(env_file_paths("", nullptr) == std::vector<std::string>{"./.deepspeed_env"});
+  // The launching environment's forwarded variables, then the files in order (home, then the working directory).
+  char home[] = "/tmp/zr_envXXXXXX";
+  REQUIRE(mkdtemp(home));
+  const std::string h = home;
+  FILE* f = std::fopen((h + "/home_env").c_str(), "w");
+  std::fputs("NCCL_DEBUG=WARN\nMY_VAR=home\nOTHER=1\n", f);
+  std::fclose(f);
+  f = std::fopen((h + "/cwd_env").c_str(), "w");
+  std::fputs("MY_VAR=cwd\n", f);
+  std::fclose(f);
+  auto j = job_environment({"ZERORUN_COMM_TIMEOUT=20", "NCCL_DEBUG=INFO", "HOME=/x", "UCX_TLS=tcp", "OMP_NUM_THREADS=3",
+                            "ZERORUN_SLOTS=a=0", "NCCL_X=a=b"},
+                           {h + "/home_env", h + "/cwd_env", h + "/missing", h});
+  std::map<std::string, std::pair<std::string, bool>> m;
+  for (auto& v : j) m[v.name] = {v.value, v.inherited};
+  CHECK(m.size() == 7);
+  CHECK(m["ZERORUN_COMM_TIMEOUT"] == std::make_pair(std::string("20"), true));
+  CHECK(m["NCCL_X"] == std::make_pair(std::string("a=b"), true));
+  CHECK(m["NCCL_DEBUG"] == std::make_pair(std::string("WARN"), false));  // the file wins over the environment
+  CHECK(m["MY_VAR"].first == "cwd");                                     // the working directory's over home's
+  CHECK(m["OTHER"].first == "1");
+  CHECK(m.count("OMP_NUM_THREADS"));
+  CHECK(m.count("UCX_TLS"));
+  CHECK(!m.count("HOME"));
+  CHECK(!m.count("ZERORUN_SLOTS"));
+  std::remove((h + "/home_env").c_str());
+  std::remove((h + "/cwd_env").c_str());
+  rmdir(home);
+}
+
+TEST_CASE("every launcher forwards the job's environment to every rank", "[launch]") {
+  LaunchRequest r = two_hosts();
+  r.master_addr = "10.0.0.1";
+  r.env = {{"ZERORUN_COMM_TIMEOUT", "20", true},
+           {"NCCL_DEBUG", "INFO", true},
+           {"MY_VAR", "a b;c", false},
+           {"MASTER_ADDR", "9.9.9.9", false}};  // the launcher's own win
+  const std::vector<std::string> cmd = {"zerorun", "train"};
+  auto a = build_command(r, place(r), cmd);
+  CHECK(arg_after(a, "-x", "ZERORUN_COMM") == "ZERORUN_COMM_TIMEOUT");  // by name: the value from mpirun's env
+  CHECK(arg_after(a, "-x", "NCCL_DEBUG") == "NCCL_DEBUG");
+  CHECK(arg_after(a, "-x", "MY_VAR") == "MY_VAR=a b;c");  // one argv entry
+  CHECK(arg_after(a, "-x", "MASTER_ADDR") == "MASTER_ADDR=10.0.0.1");
+  CHECK(count(a, "MASTER_ADDR=9.9.9.9") == 0);
+  CHECK_THAT(shell_quote(a), Catch::Contains("-x 'MY_VAR=a b;c'"));
+  r.launcher = "mpich";
+  a = build_command(r, place(r), cmd);
+  CHECK(arg_after(a, "-genvlist") == "ZERORUN_COMM_TIMEOUT,NCCL_DEBUG");
+  CHECK(arg_after(a, "-genv", "MY_VAR") == "MY_VAR");
+  CHECK(count(a, "a b;c") == 1);
+  r.launcher = "slurm";
+  a = build_command(r, place(r), cmd);
+  CHECK(arg_after(a, "--ntasks-per-node=4", "--export") ==
+        "--export=ALL,ZERORUN_COMM_TIMEOUT,NCCL_DEBUG,MY_VAR=a b;c,ZERORUN_SLOTS=worker-0=0+1+2+3;worker-1=0+1+2+3,"
+        "MASTER_PORT=29500,MASTER_ADDR=10.0.0.1");
+  r.env.push_back({"LIST", "a,b", false});
+  CHECK_THROWS_WITH(build_command(r, place(r), cmd), Catch::Contains("LIST='a,b'") && Catch::Contains("--export"));
+  r.env.pop_back();
+  r.launcher = "msmpi";
+  a = build_command(r, place(r), cmd);
+  CHECK_THAT(join(a), Catch::StartsWith("mpiexec -n 8 -hosts 2 worker-0 4 worker-1 4 -env ZERORUN_COMM_TIMEOUT 20 "
+                                        "-env NCCL_DEBUG INFO -env MY_VAR a b;c"));
+  CHECK(arg_after(a, "-env", "ZERORUN_LOCAL_RANKS") == "ZERORUN_LOCAL_RANKS");
+  CHECK(a[std::find(a.begin(), a.end(), "ZERORUN_LOCAL_RANKS") - a.begin() + 1] == "4");
+}
+
+TEST_CASE("per-host threads: this host's cores / the ranks on this host", "[launch]") {
+  using M = std::map<std::string, std::string>;
+  CHECK(host_threads(M{{"OMP_NUM_THREADS", "3"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}}, 16) == 0);  // given: kept
+  CHECK(host_threads(M{}, 16) == 16);
+  CHECK(host_threads(M{{"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}, 16) == 4);
+  CHECK(host_threads(M{{"MPI_LOCALNRANKS", "3"}}, 16) == 5);
+  CHECK(host_threads(M{{"OMPI_COMM_WORLD_LOCAL_SIZE", "32"}}, 16) == 1);
+  // SLURM: "2(x3),1" is 2 tasks on nodes 0..2 and 1 on node 3.
+  CHECK(host_threads(M{{"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "2"}}, 16) == 8);
+  CHECK(host_threads(M{{"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}, {"SLURM_NODEID", "3"}}, 16) == 16);
+  CHECK(host_threads(M{{"SLURM_STEP_TASKS_PER_NODE", "4"}, {"SLURM_NODEID", "0"}}, 16) == 4);
+  CHECK(host_threads(M{{"ZERORUN_LOCAL_RANKS", "8"}}, 16) == 2);
+  CHECK(host_threads(M{{"OMPI_COMM_WORLD_LOCAL_SIZE", "junk"}}, 16) == 16);
 }
