@@ -9,7 +9,8 @@
 //   zerorun_attn_probe                       every head size (64, 80, 96, 128, 256) at B 4, H 16, T 2048 (with every
 //                                            tiling and variant of 80..256), multi-head and grouped-query (K 4), a
 //                                            window, a cap, and GPT-2 124M's shape (8, 12, 1024, 64)
-//   zerorun_attn_probe B H K T D [W [CAP]]   one shape (W: sliding window, CAP: soft-cap)
+//   zerorun_attn_probe B H K T D [W [CAP]]   one shape (W: sliding window, CAP: soft-cap); K < H also times the
+//                                            backward with the grouped-query split (flash::tc_backward's gqa_split)
 //   zerorun_attn_probe sweep [B H T]         head size 64: every forward tiling and backward variant (GPT-2 shape)
 #include <cuda_runtime.h>
 
@@ -57,7 +58,7 @@ void probe(const Shape& s, bool sweep) {
   auto* dqkv = static_cast<uint16_t*>(dev_alloc(n3 * 2));
   auto* lse = static_cast<float*>(dev_alloc(nl * 4));
   auto* delta = static_cast<float*>(dev_alloc(nl * 4));
-  auto* dq_acc = static_cast<float*>(dev_alloc(n * 4));
+  auto* dq_acc = static_cast<float*>(dev_alloc(n3 * 4));
   fill_bf16(qkv, n3, 1);
   fill_bf16(dout, n, 2);
   const double fl = 4.0 * s.B * s.H * pairs(s.T, s.W) * s.D;
@@ -113,6 +114,22 @@ void probe(const Shape& s, bool sweep) {
           head, fused ? "one, dQ atomics" : "two, deterministic", fused ? run - 1 : 0, ms, 2.5 * fl / ms / 1e9,
           m > 0 ? df / m : df);
   }
+  // Grouped-query heads: the one-kernel backward with the key-block work split over the query heads (gqa_split).
+  if (s.K < s.H) {
+    const double ms = event_ms(
+        [&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, dq_acc, d, 0, true); });
+    if (cudaDeviceSynchronize() != cudaSuccess) ZR_FAIL("backward with the grouped-query split failed");
+    cudaMemcpy(gr.data(), dqkv, gr.size() * 2, cudaMemcpyDeviceToHost);
+    double df = 0, m = 0;
+    for (size_t i = 0; i < gr.size(); ++i) {
+      df = std::max(df, (double)std::fabs(bf16_value(gr[i]) - bf16_value(ref_g[i])));
+      m = std::max(m, (double)std::fabs(bf16_value(ref_g[i])));
+    }
+    std::printf(
+        "{\"probe\": \"zerorun tc attention bwd\", %s, \"kernels\": \"one, dQ atomics, grouped-query "
+        "split\", \"ms\": %.4f, \"tflops\": %.1f, \"max_rel_diff_vs_two_kernel\": %.3g}\n",
+        head, ms, 2.5 * fl / ms / 1e9, m > 0 ? df / m : df);
+  }
   std::printf(
       "{\"probe\": \"zerorun tc attention\", %s, \"fwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"bwd_ms\": %.4f, "
       "\"bwd_tflops\": %.1f, \"bwd_det_ms\": %.4f, \"bwd_det_tflops\": %.1f, \"fwd_bwd_ms\": %.4f, "
@@ -140,6 +157,7 @@ int main(int argc, char** argv) {
       probe({8, 12, 12, 1024, 64}, false);
       for (int64_t D : {64, 80, 96, 128, 256}) probe({4, 16, 16, 2048, D}, D != 64);  // (64: sweep mode has 21)
       for (int64_t D : {64, 128}) probe({4, 16, 4, 2048, D}, false);
+      probe({16, 14, 2, 1024, 64}, false);               // Qwen2.5-0.5B's attention (14 query heads over 2)
       probe({4, 16, 4, 2048, 128, 512}, false);          // Mistral-style window
       probe({4, 16, 16, 2048, 256, 1024, 50.f}, false);  // Gemma 2-style window and cap
     }

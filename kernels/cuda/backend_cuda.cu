@@ -1231,6 +1231,8 @@ class CudaBackend : public Backend {
     ZR_CUBLAS(cublasSetStream(h_, cuda::stream()));
     const char* a = std::getenv("ZERORUN_ATTN_ATOMICS");
     attn_atomics_ = !(a && std::strcmp(a, "0") == 0);
+    const char* gs = std::getenv("ZERORUN_ATTN_GQA_SPLIT");
+    attn_gqa_split_ = gs && std::strcmp(gs, "1") == 0;
     const char* d = std::getenv("ZERORUN_DETERMINISTIC");
     deterministic_ = d && std::strcmp(d, "1") == 0;
   }
@@ -1569,10 +1571,11 @@ class CudaBackend : public Backend {
     if (tensor_core_attention(d)) {
       Half q16 = qkv.h ? Half() : to16(qkv.p, n3), d16 = dout.h ? Half() : to16(dout.p, n);
       const bool atomics = attn_atomics_ && !deterministic_;
-      // dQ's accumulator, then dK's and dV's (grouped-query heads): B*T*(H + 2K)*D floats.
-      DevBuf<float> dq_acc = atomics ? DevBuf<float>(static_cast<size_t>(n3), false) : DevBuf<float>();
+      // dQ's accumulator (then dK's and dV's where grouped-query heads are split: B*T*(H + 2K)*D floats).
+      const bool split = atomics && attn_gqa_split_ && d.K < d.H;
+      DevBuf<float> dq_acc = atomics ? DevBuf<float>(static_cast<size_t>(split ? n3 : n), false) : DevBuf<float>();
       flash::tc_backward(mm_ == DType::BF16, qkv.h ? qkv.h : q16.p, out.p, out.h, lse, dout.h ? dout.h : d16.p, dqkv.p,
-                         dqkv.h, dqkv.acc, delta.p, dq_acc.p, d);
+                         dqkv.h, dqkv.acc, delta.p, dq_acc.p, d, 0, split);
       return;
     }
     DevBuf<float> qf = widened(qkv, n3), of = widened(out, n), df = widened(dout, n);
@@ -1973,6 +1976,9 @@ class CudaBackend : public Backend {
   // Attention's backward sums dQ with atomics in one kernel (5 products); ZERORUN_ATTN_ATOMICS=0 picks the
   // two atomic-free kernels (7 products, dQ the same bits every run).
   bool attn_atomics_ = true;
+  // ZERORUN_ATTN_GQA_SPLIT=1: grouped-query heads split the atomics path's key-block backward over the query heads
+  // (flash::tc_backward's gqa_split; not yet run on a GPU, so off by default).
+  bool attn_gqa_split_ = false;
   // ZERORUN_DETERMINISTIC=1 / set_deterministic: the embedding gradient through a sort instead of atomics, and
   // attention's backward atomic-free, so a run gives the same bits every time.
   bool deterministic_ = false;

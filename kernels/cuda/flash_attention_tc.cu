@@ -56,6 +56,8 @@ struct TcDims {
   float inv_post;                  // 1 / post
   float scale;                     // the products dQ = dS K and dK = dS^T Q are multiplied by it
   bool cap;
+  int split;  // key-block backward: blocks a key/value head's query heads are split over (1, or rep: one each, dK
+              // and dV then added with atomics into an f32 accumulator)
 };
 TcDims tc_dims(const AttnDims& d) {
   TcDims p;
@@ -67,6 +69,7 @@ TcDims tc_dims(const AttnDims& d) {
   p.post = p.cap ? d.softcap * kLog2e : 0.f;
   p.inv_post = p.cap ? 1.f / p.post : 0.f;
   p.scale = d.scale;
+  p.split = 1;
   return p;
 }
 
@@ -546,7 +549,26 @@ __global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMin
 struct KvIter {
   int h, j;
 };
-__device__ inline KvIter kv_iter(int it, int g, int rep, int j0, int nj) { return {g * rep + it / nj, j0 + it % nj}; }
+__device__ inline KvIter kv_iter(int it, int h0, int j0, int nj) { return {h0 + it / nj, j0 + it % nj}; }
+// The block's key/value head and first query head ((key block, K * split, B) grids).
+__device__ inline int2 kv_heads(int y, const TcDims& p) {
+  const int g = y / p.split;
+  return make_int2(g, g * p.rep + y % p.split * (p.rep / p.split));
+}
+// dst rows (this lane's two of the warp's 16 from row0; rows >= T skipped; rows HS apart) += acc with float2 atomics.
+template <int HS, int NC>
+__device__ inline void atomic_rows(const AccN<NC / 8>& acc, float* dst, int row0, int T, int lane) {
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row0 + g + 8 * half;
+    if (r >= T) continue;
+    float* d = dst + (size_t)r * HS + 2 * t;
+#pragma unroll
+    for (int n = 0; n < NC / 8; ++n)
+      atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(acc[n][2 * half], acc[n][2 * half + 1]));
+  }
+}
 // The query tiles after j0 whose queries see a key of [k0, k0 + keys): to the last key's window end.
 __device__ inline int kv_tiles_end(int k0, int keys, int T, int window) {
   const int nt = (T + BR - 1) / BR;
@@ -614,10 +636,10 @@ constexpr size_t kv_smem() {
 // S^T and dP^T: 7 products' work for 5, but half the accumulator registers; head size 256 spills without it);
 // A operands of those products then come from shared memory a k-chunk at a time.
 template <bool BF, int HS, bool DQ, int MB = 3, bool FX = true, bool LPT = false, int NB = 2, bool OPT = false,
-          int CS = 1>
+          int CS = 1, bool SP = false>
 __global__ void __launch_bounds__(32 * kWarps * CS, MB)
     k_bwd_kv(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-             uint16_t* dqkv16, float* dq_acc, TcDims p, bool acc) {
+             uint16_t* dqkv16, float* dq_acc, float* dkv_acc, TcDims p, bool acc) {
   constexpr int LD = LDof<HS>, TILE = TileOf<HS>;
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Ks = sm;
@@ -631,7 +653,9 @@ __global__ void __launch_bounds__(32 * kWarps * CS, MB)
   const int T = p.T, window = OPT ? p.window : 0;
   const bool cap = OPT && p.cap;
   const int kt = tile.x;  // key tile 0 has the most query tiles
-  const int b = tile.z, g = tile.y, k0 = kt * BR;
+  const int b = tile.z, k0 = kt * BR;
+  const int2 heads = SP ? kv_heads(tile.y, p) : make_int2(tile.y, tile.y * p.rep);
+  const int g = heads.x, h0 = heads.y;
   constexpr int HC = HS / CS;  // dK / dV columns a warp accumulates
   const int lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
   const int warp = threadIdx.x / 32 % kWarps, half = threadIdx.x / 32 / kWarps;  // key row group, column part
@@ -639,10 +663,10 @@ __global__ void __launch_bounds__(32 * kWarps * CS, MB)
   const int64_t ld = p.W;
   const uint16_t* xb = qkv + (size_t)b * T * ld;
   const uint16_t* db = dout + (size_t)b * T * p.O;
-  const int nj = kv_tiles_end(k0, BR, T, window) - kt, n_it = p.rep * nj;
+  const int nj = kv_tiles_end(k0, BR, T, window) - kt, n_it = (SP ? p.rep / p.split : p.rep) * nj;
   load_tile<HS>(Ks, xb + (p.H + g) * HS, ld, k0, T);
   load_tile<HS>(Vs, xb + (p.H + p.K + g) * HS, ld, k0, T);
-  load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, kv_iter(0, g, p.rep, kt, nj));
+  load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, kv_iter(0, h0, kt, nj));
   AccN<HC / 8> dk, dv;
   AccS s, dp;
   constexpr bool KS = CS > 1 || HS > 128;  // K / V rows read a k-chunk at a time (no fragments held)
@@ -651,10 +675,10 @@ __global__ void __launch_bounds__(32 * kWarps * CS, MB)
   zero(dk);
   zero(dv);
   for (int i = 0; i < n_it; ++i) {
-    const KvIter it = kv_iter(i, g, p.rep, kt, nj);
+    const KvIter it = kv_iter(i, h0, kt, nj);
     const int buf = NB == 2 ? i & 1 : 0;
     if (NB == 2 && i + 1 < n_it) {
-      load_q_iter<HS>(Qs, dOs, Ls, Ds, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, g, p.rep, kt, nj));
+      load_q_iter<HS>(Qs, dOs, Ls, Ds, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, h0, kt, nj));
       cp_wait<1>();
     } else {
       if (NB == 1 && i > 0) load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, it);
@@ -721,6 +745,12 @@ __global__ void __launch_bounds__(32 * kWarps * CS, MB)
   }
   float* base = dqkv ? dqkv + (size_t)b * T * ld : nullptr;
   uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld : nullptr;
+  if (SP) {  // split: [2][B, K, T, HS] accumulators (k_kv_out writes them)
+    float* dka = dkv_acc + ((size_t)b * p.K + g) * T * HS + half * HC;
+    atomic_rows<HS, HC>(dk, dka, kw, T, lane);
+    atomic_rows<HS, HC>(dv, dka + (size_t)gridDim.z * p.K * T * HS, kw, T, lane);
+    return;
+  }
   const int ko = (p.H + g) * HS + half * HC, vo = (p.H + p.K + g) * HS + half * HC;
   add_rows<BF, HC>(dk, base ? base + ko : nullptr, base16 ? base16 + ko : nullptr, ld, kw, T, lane, p.scale, acc);
   add_rows<BF, HC>(dv, base ? base + vo : nullptr, base16 ? base16 + vo : nullptr, ld, kw, T, lane, 1.f, acc);
@@ -736,10 +766,10 @@ constexpr int HS2 = 64;      // its head size
 constexpr size_t kKv2Smem =
     2 * (size_t)(2 * KB2 * LDof<HS2> + 4 * TileOf<HS2> + KB2 * LDof<HS2>)+sizeof(float) * 4 * BR;
 
-template <bool BF, int QH, bool KR, int MB, bool LPT, bool OPT>
+template <bool BF, int QH, bool KR, int MB, bool LPT, bool OPT, bool SP = false>
 __global__ void __launch_bounds__(32 * kWarps, MB)
     k_bwd_kv2(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-              uint16_t* dqkv16, float* dq_acc, TcDims p, bool acc) {
+              uint16_t* dqkv16, float* dq_acc, float* dkv_acc, TcDims p, bool acc) {
   constexpr int HS = HS2, LD = LDof<HS>, TILE = TileOf<HS>;
   constexpr int NQ = QH / 8;  // n8 tiles of a score row
   extern __shared__ __align__(128) uint16_t sm[];
@@ -754,25 +784,27 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   const int T = p.T, window = OPT ? p.window : 0;
   const bool cap = OPT && p.cap;
   const int kb = tile.x;  // key block 0 has the most query tiles
-  const int b = tile.z, g = tile.y, k0 = kb * KB2, j0 = 2 * kb;
+  const int b = tile.z, k0 = kb * KB2, j0 = 2 * kb;
+  const int2 heads = SP ? kv_heads(tile.y, p) : make_int2(tile.y, tile.y * p.rep);
+  const int g = heads.x, h0 = heads.y;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
   const int kw = k0 + warp * 32;  // the warp's first key
   const int64_t ld = p.W;
   const uint16_t* xb = qkv + (size_t)b * T * ld;
   const uint16_t* db = dout + (size_t)b * T * p.O;
-  const int nj = kv_tiles_end(k0, KB2, T, window) - j0, n_it = p.rep * nj;
+  const int nj = kv_tiles_end(k0, KB2, T, window) - j0, n_it = (SP ? p.rep / p.split : p.rep) * nj;
   load_tile<HS, KB2>(Ks, xb + (p.H + g) * HS, ld, k0, T);
   load_tile<HS, KB2>(Vs, xb + (p.H + p.K + g) * HS, ld, k0, T);
-  load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, kv_iter(0, g, p.rep, j0, nj));
+  load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, kv_iter(0, h0, j0, nj));
   AccO<HS> dk[2], dv[2];
   Frag<HS> kf[KR ? 2 : 1], vf[KR ? 2 : 1];  // unused without KR
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) zero(dk[mt]), zero(dv[mt]);
   for (int i = 0; i < n_it; ++i) {
-    const KvIter it = kv_iter(i, g, p.rep, j0, nj);
+    const KvIter it = kv_iter(i, h0, j0, nj);
     const int buf = i & 1;
     if (i + 1 < n_it) {
-      load_q_iter<HS>(Qs, dOs, Ls, Ds, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, g, p.rep, j0, nj));
+      load_q_iter<HS>(Qs, dOs, Ls, Ds, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, h0, j0, nj));
       cp_wait<1>();
     } else {
       cp_wait<0>();
@@ -846,6 +878,15 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   }
   float* base = dqkv ? dqkv + (size_t)b * T * ld : nullptr;
   uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld : nullptr;
+  if (SP) {  // split: [2][B, K, T, HS] accumulators (k_kv_out writes them)
+    float* dka = dkv_acc + ((size_t)b * p.K + g) * T * HS;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      atomic_rows<HS, HS>(dk[mt], dka, kw + mt * 16, T, lane);
+      atomic_rows<HS, HS>(dv[mt], dka + (size_t)gridDim.z * p.K * T * HS, kw + mt * 16, T, lane);
+    }
+    return;
+  }
   const int ko = (p.H + g) * HS, vo = (p.H + p.K + g) * HS;
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
@@ -867,6 +908,30 @@ __global__ void k_dq_out(const float* dq_acc, float* dqkv, uint16_t* dqkv16, int
     float v[8];
     ld8<BF>(dq_acc + i * 8, v);
     const size_t off = ((size_t)bb * p.T + t) * p.W + hh * HS + c8;
+    if (dqkv16) {
+      uint4 u;
+      u.x = pack2<BF>(v[0] * sc, v[1] * sc), u.y = pack2<BF>(v[2] * sc, v[3] * sc);
+      u.z = pack2<BF>(v[4] * sc, v[5] * sc), u.w = pack2<BF>(v[6] * sc, v[7] * sc);
+      *reinterpret_cast<uint4*>(dqkv16 + off) = u;
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) dqkv[off + k] = (acc ? dqkv[off + k] : 0.f) + v[k] * sc;
+    }
+  }
+}
+
+// The split key-block backward's dK, dV accumulators [2][B, K, T, HS] (dK times the scale) into the qkv gradient.
+template <bool BF, int HS>
+__global__ void k_kv_out(const float* dkv_acc, float* dqkv, uint16_t* dqkv16, int B, TcDims p, bool acc) {
+  const int64_t n8 = (int64_t)B * p.K * p.T * (HS / 8);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < 2 * n8; i += (int64_t)gridDim.x * blockDim.x) {
+    const int part = i >= n8;                                             // 0: dK, 1: dV
+    const int64_t j = i - part * n8, row = j / (HS / 8), bg = row / p.T;  // row = (b * K + g) * T + t
+    const int t = (int)(row % p.T), gg = (int)(bg % p.K), bb = (int)(bg / p.K), c8 = (int)(j % (HS / 8)) * 8;
+    const float sc = part ? 1.f : p.scale;
+    float v[8];
+    ld8<BF>(dkv_acc + i * 8, v);
+    const size_t off = ((size_t)bb * p.T + t) * p.W + (p.H + part * p.K + gg) * HS + c8;
     if (dqkv16) {
       uint4 u;
       u.x = pack2<BF>(v[0] * sc, v[1] * sc), u.y = pack2<BF>(v[2] * sc, v[3] * sc);
@@ -1038,8 +1103,8 @@ void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, flo
         return c0 ? fwd_run<BF, 128, 2, 4, 64, false, 1, true, true>(qkv, out, out16, lse, B, p)
                   : fwd_run<BF, 128, 1, 4, 64, true, 0, true, true>(qkv, out, out16, lse, B, p);
       case 256:
-        return c0 ? fwd_run<BF, 256, 1, 4, 64, false, 1, true, true>(qkv, out, out16, lse, B, p)
-                  : fwd_run<BF, 256, 1, 4, 32, false, 1, true, true>(qkv, out, out16, lse, B, p);
+        return c0 ? fwd_run<BF, 256, 1, 4, 32, false, 1, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 256, 1, 4, 64, false, 1, true, true>(qkv, out, out16, lse, B, p);
       default:
         break;
     }
@@ -1062,8 +1127,8 @@ const char* fwd_name(int D, int cfg) {
                                         "16 rows/warp, 4 warps, 64 keys, 4 blocks/SM regs, longest first"};
   if (D == 64) return cfg >= 0 && cfg < kFwdCfgs64 ? n64[cfg] : "?";
   if (D == 256)
-    return cfg == 0   ? "16 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
-           : cfg == 1 ? "16 rows/warp, 4 warps, 32 keys, Q from smem, longest first"
+    return cfg == 0   ? "16 rows/warp, 4 warps, 32 keys, Q from smem, longest first"
+           : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
                       : "?";
   return cfg == 0   ? "32 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
          : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q in registers, longest first"
@@ -1075,63 +1140,88 @@ constexpr int kBwdCfgs64 = 8, kBwdCfgsN = 2;
 // A one-kernel backward: blocks of KEYS keys (a (key blocks, K, B) grid) and WARPS warps, SMEM bytes of shared memory.
 template <auto Kernel, int KEYS, size_t SMEM, int WARPS = kWarps>
 void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-             uint16_t* dqkv16, float* dq_acc, int B, const TcDims& p, bool acc) {
+             uint16_t* dqkv16, float* dq_acc, float* dkv_acc, int B, const TcDims& p, bool acc) {
   static bool once = (opt_in_smem(Kernel, SMEM), true);
   (void)once;
-  Kernel<<<dim3((p.T + KEYS - 1) / KEYS, p.K, B), 32 * WARPS, SMEM, cuda::stream()>>>(qkv, dout, lse, delta, dqkv,
-                                                                                      dqkv16, dq_acc, p, acc);
+  Kernel<<<dim3((p.T + KEYS - 1) / KEYS, p.K * p.split, B), 32 * WARPS, SMEM, cuda::stream()>>>(
+      qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, p, acc);
   ZR_CUDA(cudaGetLastError());
 }
-template <bool BF, int HS, int MB, bool FX = true, bool LPT = false, int NB = 2, bool OPT = false, int CS = 1>
+template <bool BF, int HS, int MB, bool FX = true, bool LPT = false, int NB = 2, bool OPT = false, int CS = 1,
+          bool SP = false>
 constexpr auto bwd_kv_dq =
-    bwd_one<k_bwd_kv<BF, HS, true, MB, FX, LPT, NB, OPT, CS>, BR, kv_smem<HS, true, NB>(), kWarps * CS>;
-template <bool BF, int QH, bool KR, bool LPT = true, bool OPT = false>
-constexpr auto bwd_kv2 = bwd_one<k_bwd_kv2<BF, QH, KR, 2, LPT, OPT>, KB2, kKv2Smem>;
+    bwd_one<k_bwd_kv<BF, HS, true, MB, FX, LPT, NB, OPT, CS, SP>, BR, kv_smem<HS, true, NB>(), kWarps * CS>;
+template <bool BF, int QH, bool KR, bool LPT = true, bool OPT = false, bool SP = false>
+constexpr auto bwd_kv2 = bwd_one<k_bwd_kv2<BF, QH, KR, 2, LPT, OPT, SP>, KB2, kKv2Smem>;
 
-// The two atomic-free kernels at head size HS (dK, dV per key block; dQ per query block).
-template <bool BF, int HS, int MBKV, int MBQ, int NB, bool QF, bool OPT>
+// The two kernels at head size HS (dK, dV per key block; dQ per query block): atomic-free, or (dkv_acc, p.split > 1)
+// the key-block kernel split over the query heads of each key/value head, adding dK, dV with atomics.
+template <bool BF, int HS, int MBKV, int MBQ, int NB, bool QF, bool OPT, bool SP>
 void bwd_two_go(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-                uint16_t* dqkv16, int B, const TcDims& p, bool acc) {
+                uint16_t* dqkv16, float* dkv_acc, int B, const TcDims& p, bool acc) {
   constexpr int CS = HS == 256 ? 2 : 1;  // (see k_bwd_kv)
   constexpr size_t kv = kv_smem<HS, false, NB>(), q = kQSmem<HS>;
-  static bool once = (opt_in_smem(k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS>, kv),
+  static bool once = (opt_in_smem(k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS, SP>, kv),
                       opt_in_smem(k_bwd_q<BF, HS, QF, MBQ, OPT>, q), true);
   (void)once;
   const int nt = (p.T + BR - 1) / BR;
-  k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS><<<dim3(nt, p.K, B), 32 * kWarps * CS, kv, cuda::stream()>>>(
-      qkv, dout, lse, delta, dqkv, dqkv16, nullptr, p, acc);
+  k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS, SP>
+      <<<dim3(nt, p.K * p.split, B), 32 * kWarps * CS, kv, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16,
+                                                                             nullptr, dkv_acc, p, acc);
   ZR_CUDA(cudaGetLastError());
   k_bwd_q<BF, HS, QF, MBQ, OPT>
       <<<dim3(nt, p.H, B), 32 * kWarps, q, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16, p, acc);
   ZR_CUDA(cudaGetLastError());
 }
-template <bool BF, int HS, int MBKV, int MBQ, int NB, bool QF>
+template <bool BF, int HS>
 void bwd_two(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
-             uint16_t* dqkv16, int B, const TcDims& p, bool acc) {
-  if (p.window > 0 || p.cap)
-    bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
-  else
-    bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
+             uint16_t* dqkv16, float* dkv_acc, int B, const TcDims& p, bool acc) {
+  constexpr int MBKV = HS == 64 ? 3 : 1, MBQ = HS == 64 ? 3 : HS == 256 ? 1 : 2, NB = HS == 256 ? 1 : 2;
+  constexpr bool QF = HS <= 96;
+  const bool opt = p.window > 0 || p.cap, sp = p.split > 1;
+  auto* go = opt ? (sp ? bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true, true>
+                       : bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true, false>)
+                 : (sp ? bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false, true>
+                       : bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false, false>);
+  go(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
 }
 
+// dq_acc non-null (the atomics path): [B, H, T, HS] for dQ, then [2][B, K, T, HS] for dK, dV where grouped-query
+// heads split the key-block kernel over their query heads (every key/value head's work in one block leaves a
+// grid of K heads: too few blocks, and a causal tail).
 template <bool BF, int HS>
 void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
-           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, const TcDims& p, int cfg) {
-  const int64_t rows = (int64_t)B * p.T * p.H;
-  if (dq_acc) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS, cuda::stream()));
+           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, const TcDims& p0, int cfg,
+           bool split) {
+  const int64_t rows = (int64_t)B * p0.T * p0.H, kv_rows = (int64_t)B * p0.T * p0.K;
+  const bool opt = p0.window > 0 || p0.cap;
+  TcDims p = p0;
+  float* dkv_acc = nullptr;
+  if (dq_acc && p.rep > 1 && split) {
+    p.split = p.rep;
+    dkv_acc = dq_acc + rows * HS;
+    ZR_CUDA(cudaMemsetAsync(dkv_acc, 0, sizeof(float) * (size_t)(2 * kv_rows * HS), cuda::stream()));
+  }
+  // Head size 128: the two kernels beat the one-kernel backward (1 block an SM for its shared memory): variant 0.
+  const bool two = !dq_acc || (HS == 128 && cfg == 0);
+  if (!two) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS, cuda::stream()));
   const unsigned dg = (unsigned)std::min<int64_t>((rows + 31) / 32, 1 << 16);  // 32 (row, head) pairs per block
   if (out16)
     k_delta<BF, HS, uint16_t><<<dg, 256, 0, cuda::stream()>>>(out16, dout, delta, B, p.T, p.H);
   else
     k_delta<BF, HS, float><<<dg, 256, 0, cuda::stream()>>>(out, dout, delta, B, p.T, p.H);
   ZR_CUDA(cudaGetLastError());
-  const bool opt = p.window > 0 || p.cap;
-  if (dq_acc) {
+  if (two) {
+    bwd_two<BF, HS>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
+  } else {
     if constexpr (HS == 64) {
       ZR_CHECK(cfg == 0 || !opt, "attention backward variant ", cfg,
                " has no sliding window or soft-capping (variant 0 has)");
       // Times: GPT-2 124M's shape on the H200 (B 8, H 12, T 1024), one probe call (session 9).
-      auto* run = opt ? bwd_kv2<BF, 32, false, true, true> : bwd_kv2<BF, 32, false>;
+      const bool sp = p.split > 1;
+      ZR_CHECK(cfg == 0 || !sp, "attention backward variant ", cfg, " has no grouped-query split (variant 0 has)");
+      auto* run = opt ? (sp ? bwd_kv2<BF, 32, false, true, true, true> : bwd_kv2<BF, 32, false, true, true>)
+                      : (sp ? bwd_kv2<BF, 32, false, true, false, true> : bwd_kv2<BF, 32, false>);
       switch (cfg) {
         case 0:  // 32 keys a warp (128 a block), 32 queries at a time, every head's longest key tile first: 190.9 us
           break;
@@ -1160,48 +1250,55 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
         default:
           ZR_FAIL("attention backward variant ", cfg, " does not exist (0..", kBwdCfgs64 - 1, ")");
       }
-      run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, B, p, acc);
+      run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, B, p, acc);
     } else {
       ZR_CHECK(cfg >= 0 && cfg < kBwdCfgsN, "attention backward variant ", cfg, " does not exist at head size ", HS,
                " (0..", kBwdCfgsN - 1, ")");
-      ZR_CHECK(cfg == 0 || !opt, "attention backward variant ", cfg,
-               " has no sliding window or soft-capping (variant 0 has)");
       // 16 keys a warp (64 a block), longest first; head size 256: one Q / dO buffer (shared memory) and dK, dV's
-      // columns split over two warps (variant 1: not split, spilling registers); 128: variant 1 splits them.
-      constexpr int MB = HS >= 128 ? 1 : 2, NB = HS == 256 ? 1 : 2, CS0 = HS == 256 ? 2 : 1,
-                    CS1 = HS >= 128 ? 3 - CS0 : 1;
-      auto* run =
-          opt ? bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS0> : bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS0>;
-      if (cfg == 1) run = bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS1>;
-      run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, B, p, acc);
+      // columns split over two warps (no spills). Head size 128: variant 1 (variant 0 is the two kernels).
+      constexpr int MB = HS >= 128 ? 1 : 2, NB = HS == 256 ? 1 : 2, CS = HS == 256 ? 2 : 1;
+      const bool sp = p.split > 1;
+      auto* run = opt ? (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS, true>
+                            : bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS>)
+                      : (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS, true>
+                            : bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS>);
+      if (cfg == 1 && HS != 128) {  // the two kernels (dK, dV by atomics where split)
+        bwd_two<BF, HS>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
+      } else {
+        run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, B, p, acc);
+        const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
+        k_dq_out<BF, HS><<<og, 256, 0, cuda::stream()>>>(dq_acc, dqkv, dqkv16, B, p, acc);
+        ZR_CUDA(cudaGetLastError());
+      }
     }
-    const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
-    k_dq_out<BF, HS><<<og, 256, 0, cuda::stream()>>>(dq_acc, dqkv, dqkv16, B, p, acc);
-    ZR_CUDA(cudaGetLastError());
-    return;
+    if constexpr (HS == 64) {
+      const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
+      k_dq_out<BF, HS><<<og, 256, 0, cuda::stream()>>>(dq_acc, dqkv, dqkv16, B, p, acc);
+      ZR_CUDA(cudaGetLastError());
+    }
   }
-  if constexpr (HS == 64)
-    bwd_two<BF, HS, 3, 3, 2, true>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
-  else if constexpr (HS == 256)
-    bwd_two<BF, HS, 1, 1, 1, false>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
-  else
-    bwd_two<BF, HS, 1, 2, 2, HS <= 96>(qkv, dout, lse, delta, dqkv, dqkv16, B, p, acc);
+  if (dkv_acc) {
+    const unsigned og = (unsigned)std::min<int64_t>((2 * kv_rows * (HS / 8) + 255) / 256, 1 << 16);
+    k_kv_out<BF, HS><<<og, 256, 0, cuda::stream()>>>(dkv_acc, dqkv, dqkv16, B, p, acc);
+    ZR_CUDA(cudaGetLastError());
+  }
 }
 
 template <bool BF>
 void bwd_e(int D, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse, const uint16_t* dout,
-           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, const TcDims& p, int cfg) {
+           float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, const TcDims& p, int cfg,
+           bool split) {
   switch (D) {
     case 64:
-      return bwd_h<BF, 64>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+      return bwd_h<BF, 64>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg, split);
     case 80:
-      return bwd_h<BF, 80>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+      return bwd_h<BF, 80>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg, split);
     case 96:
-      return bwd_h<BF, 96>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+      return bwd_h<BF, 96>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg, split);
     case 128:
-      return bwd_h<BF, 128>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+      return bwd_h<BF, 128>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg, split);
     case 256:
-      return bwd_h<BF, 256>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg);
+      return bwd_h<BF, 256>(qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, B, p, cfg, split);
     default:
       ZR_FAIL("tensor-core attention has no head size ", D);
   }
@@ -1234,16 +1331,16 @@ void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, flo
 
 void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_t* out16, const float* lse,
                  const uint16_t* dout, float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc,
-                 const AttnDims& d, int cfg) {
+                 const AttnDims& d, int cfg, bool gqa_split) {
   ZR_CHECK(tc_supported(d), "tensor-core attention needs head size ", tc_head_sizes(), ", got ", d.D);
   ZR_CHECK(aligned(qkv, 16) && aligned(dout, 16) && aligned(out ? (const void*)out : out16, 16),
            "tensor-core attention needs 16-byte aligned qkv, output and output gradient");
   if (d.B * d.T == 0) return;
   const TcDims p = tc_dims(d);
   if (bf16)
-    bwd_e<true>((int)d.D, qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)d.B, p, cfg);
+    bwd_e<true>((int)d.D, qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)d.B, p, cfg, gqa_split);
   else
-    bwd_e<false>((int)d.D, qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)d.B, p, cfg);
+    bwd_e<false>((int)d.D, qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)d.B, p, cfg, gqa_split);
 }
 
 }  // namespace zerorun::kernels::flash

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/flash_attention.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/graph.h"
 #include "zerorun/rng.h"
@@ -297,4 +298,42 @@ TEST_CASE("tensor-core attention with 16-bit storage on every side, grouped-quer
       compare_op16("attention", attn(3, 1), {rnd({1, 77, 5 * D}, r)}, {}, {{false}, false, true, true, false}, dt);
     }
   }
+}
+
+TEST_CASE(
+    "tensor-core attention backward: grouped-query heads split over blocks (dK, dV by atomics) equal the "
+    "atomic-free kernels",
+    "[cuda][attention]") {
+  // flash::tc_backward's gqa_split (ZERORUN_ATTN_GQA_SPLIT=1): every head size, plain, windowed and capped, each
+  // gradient form (16-bit written, f32 written, f32 added into `start`); the sums of dK, dV (and dQ) run in another
+  // order.
+  Rng r(44);
+  for (int64_t D : {64, 80, 96, 128, 256})
+    for (int opt = 0; opt < 2; ++opt) {
+      kernels::AttnDims d;
+      d.B = 2, d.T = 131, d.H = 6, d.K = 2, d.D = D, d.scale = 1.f / std::sqrt((float)D);
+      if (opt) d.window = 50, d.softcap = 4.f;
+      INFO("D " << D << (opt ? " window 50, softcap 4" : ""));
+      const int64_t n3 = d.B * d.T * d.width(), n = d.B * d.T * d.out_width(), nl = d.B * d.H * d.T;
+      auto bits16 = [&](int64_t count, double scale) { return to16(rnd({count}, r, scale), DType::BF16).to(kGpu); };
+      Tensor qkv = bits16(n3, 2.0), dout = bits16(n, 1.0), start = rnd({n3}, r).to(kGpu);
+      Tensor out = Tensor::uninit({n}, DType::BF16, MemCategory::Buffers, kGpu);
+      Tensor lse = Tensor::uninit({nl}, DType::F32, MemCategory::Buffers, kGpu);
+      Tensor delta = Tensor::uninit({nl}, DType::F32, MemCategory::Buffers, kGpu);
+      Tensor acc = Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu);
+      auto q16 = [](const Tensor& t) { return static_cast<uint16_t*>(t.raw()); };
+      kernels::flash::tc_forward(true, q16(qkv), nullptr, q16(out), lse.f32(), d);
+      for (int form = 0; form < 3; ++form) {
+        Tensor g[2];
+        for (int split = 0; split < 2; ++split) {
+          g[split] = form == 0 ? Tensor::uninit({n3}, DType::BF16, MemCategory::Buffers, kGpu)
+                               : (form == 2 ? start.clone(MemCategory::Buffers)
+                                            : Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu));
+          kernels::flash::tc_backward(true, q16(qkv), nullptr, q16(out), lse.f32(), q16(dout),
+                                      form ? g[split].f32() : nullptr, form ? nullptr : q16(g[split]), form == 2,
+                                      delta.f32(), split ? acc.f32() : nullptr, d, 0, split == 1);
+        }
+        close(as_f32(g[0]), as_f32(g[1]), form ? 2e-5 : 8e-3, "split backward, form " + std::to_string(form));
+      }
+    }
 }
