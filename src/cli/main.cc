@@ -186,9 +186,29 @@ int main(int argc, char** argv) {
   app.add_option("--master_addr", lr.master_addr, "address of rank 0 (exported as MASTER_ADDR)");
   app.add_option("--master_port", lr.master_port, "port (exported as MASTER_PORT, default 29500)")
       ->check(CLI::Range(1, 65535));
-  app.add_option("--launcher", lr.launcher, "openmpi | mpich | slurm")
-      ->check(CLI::IsMember({"openmpi", "mpich", "slurm"}));
-  app.add_option("--launcher_args", lr.launcher_args, "extra launcher arguments (split on spaces)");
+  app.add_option("--launcher", lr.launcher, "openmpi | mpich | slurm | msmpi")
+      ->check(CLI::IsMember({"openmpi", "mpich", "slurm", "msmpi"}));
+  auto split_check = [](const char* opt) {
+    return [opt](const std::string& s) {
+      try {
+        launch::shell_split(s, opt);
+        return std::string();
+      } catch (const Error& e) {  // CLI11 puts the option's name first
+        const std::string m = e.what(), o = std::string(opt) + " ";
+        return m.rfind(o, 0) == 0 ? m.substr(o.size()) : m;
+      }
+    };
+  };
+  app.add_option("--launcher_args", lr.launcher_args, "extra launcher arguments, split like a shell (quotes kept)")
+      ->check(split_check("--launcher_args"));
+  app.add_option("--ssh", lr.ssh, "remote shell and its arguments for the launcher, e.g. \"ssh -p 2222 -o X=y\"")
+      ->check(split_check("--ssh"));
+  app.add_option("--ssh_port", lr.ssh_port, "port of the remote shell (ssh -p)")->check(CLI::Range(1, 65535));
+  app.add_option("--nic", lr.nic, "network interface(s) for MPI and NCCL, e.g. eth1 or eth1,eth2")
+      ->check([](const std::string& s) {
+        return launch::valid_nic_list(s) ? std::string()
+                                         : "'" + s + "' is not a comma-separated list of network interface names";
+      });
 
   TrainOptions train;
   auto* train_cmd = app.add_subcommand("train", "train on one rank (what the launcher starts per rank)");
@@ -303,6 +323,7 @@ int main(int argc, char** argv) {
       run.eval_only = !*train_cmd;
       std::unique_ptr<Communicator> comm;
       try {
+        launch::apply_host_threads();  // this host's cores / its ranks, unless OMP_NUM_THREADS is given
         comm = make_train_comm(run);
         return run_training(run, *comm);
       } catch (const Error& e) {
@@ -410,6 +431,7 @@ int main(int argc, char** argv) {
                              !lr.exclude.empty() || lr.launcher != "openmpi" || dry_run;
     if (distributed) {
       if (!hostfile.empty()) lr.hosts = launch::load_hostfile(hostfile);
+      lr.env = launch::job_environment();  // ZERORUN_*, NCCL_*, ..., then .deepspeed_env
       if (*app.get_option("--num_gpus") || lr.hosts.empty()) lr.num_gpus = num_gpus;
       lr.as_root = geteuid() == 0;
       lr.local_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
