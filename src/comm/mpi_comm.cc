@@ -102,7 +102,7 @@ class MpiComm : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
-    double timeout = 1800;  // like NCCL's default
+    double timeout = 600;  // 10 minutes, like PyTorch's default collective timeout for NCCL
     if (const char* t = std::getenv("ZERORUN_COMM_TIMEOUT")) timeout = std::atof(t);
     if (size_ > 1) enable_watchdog(timeout, [] { MPI_Abort(MPI_COMM_WORLD, 1); });
   }
