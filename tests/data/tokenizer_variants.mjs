@@ -1,7 +1,8 @@
 // Derives tokenizer.json variants from the npm packages' files, so the oracle also covers pipeline pieces the
 // shipped files do not use: SmolLM's Digits + ByteLevel pre-tokenizer, Mistral v0.3's Metaspace (prepend_scheme
 // first, no normalizer), RoBERTa-style ByteLevel add_prefix_space with a template adding tokens before and after,
-// added tokens with lstrip / rstrip / normalized, NFD and regex Replace normalizers.
+// added tokens with lstrip / rstrip / normalized, NFD and regex Replace normalizers, and the pre-tokenizer regexes
+// of o200k-style (Phi-4, GPT-4o) and DeepSeek-V3-style tokenizers over GPT-2's vocabulary.
 //   node tokenizer_variants.mjs NPM_MODELS_DIR OUT_DIR   (NPM_MODELS_DIR: node_modules/@lenml)
 import fs from 'node:fs';
 import path from 'node:path';
@@ -35,6 +36,23 @@ t.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'f
 t.added_tokens.push({ id: 32000, content: '[INST]', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
 t.added_tokens.push({ id: 32001, content: '[/INST]', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
 write('mistral_v03_like', t);
+
+const byteLevelNoRegex = { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false };
+t = load('gpt2');  // o200k-style split: case classes, an optional contraction suffix, \p{N}{1,3}
+t.pre_tokenizer = { type: 'Sequence', pretokenizers: [{ type: 'Split', invert: false, behavior: 'Isolated', pattern: {
+  Regex: "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]*[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" +
+    "[^\\r\\n\\p{L}\\p{N}]?[\\p{Lu}\\p{Lt}\\p{Lm}\\p{Lo}\\p{M}]+[\\p{Ll}\\p{Lm}\\p{Lo}\\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|" +
+    "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" } }, byteLevelNoRegex] };
+write('o200k_like', t);
+
+t = load('gpt2');  // DeepSeek-V3-style: several Splits, CJK ranges, escaped punctuation in a class
+t.pre_tokenizer = { type: 'Sequence', pretokenizers: [
+  { type: 'Split', pattern: { Regex: '\\p{N}{1,3}' }, behavior: 'Isolated', invert: false },
+  { type: 'Split', pattern: { Regex: '[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+' }, behavior: 'Isolated', invert: false },
+  { type: 'Split', pattern: { Regex: "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+" },
+    behavior: 'Isolated', invert: false },
+  byteLevelNoRegex] };
+write('deepseek_like', t);
 
 t = load('llama3');  // added tokens: lstrip/rstrip specials, a normalized non-special token, regex Replace
 const base = 128256;
