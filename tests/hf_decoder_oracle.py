@@ -430,6 +430,7 @@ def main():
             ok &= merge_check(zr, work, i, name, hc, model, cfg, shard, batch)
             ok &= init_check(zr, work, name, d, model)
         ok &= refusals(zr, work)
+        ok &= init_flags_check(zr, work)
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
 
@@ -449,6 +450,33 @@ def init_check(zr, work, name, d, imported):
     same = {k: v.shape for k, v in a.items()} == {k: v.shape for k, v in b.items()} and ga["nodes"] == gb["nodes"]
     print(f"{name}: init --from_config -> the same graph and parameter shapes -> {'PASS' if same else 'FAIL'}")
     return same
+
+
+def init_flags_check(zr, work):
+    """`zerorun init --arch <model_type>` with size flags builds what --from_config builds of the config.json those
+    flags spell (the family's other settings at transformers' defaults)."""
+    ok = True
+    for mt in ("mistral", "qwen3", "olmo2", "gemma2", "gemma3_text"):
+        flags = ["--vocab", "96", "--n_ctx", "32", "--n_embd", "48", "--n_layer", "2", "--n_head", "4",
+                 "--n_kv_head", "2", "--ffn", "80", "--head_dim", "16"]
+        cfg = {"model_type": mt, "vocab_size": 96, "max_position_embeddings": 32, "hidden_size": 48,
+               "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 80,
+               "head_dim": 16}
+        cpath = os.path.join(work, f"flags_{mt}.json")
+        with open(cpath, "w") as f:
+            json.dump(cfg, f)
+        a, b = os.path.join(work, "fa.bin"), os.path.join(work, "fb.bin")
+        r1 = subprocess.run([zr, "init", "--arch", mt, "-o", a] + flags, capture_output=True, text=True)
+        r2 = subprocess.run([zr, "init", "--from_config", cpath, "-o", b], capture_output=True, text=True)
+        good = r1.returncode == 0 and r2.returncode == 0
+        if good:
+            ga = json.loads(read_safetensors(a)[1]["graph"])
+            gb = json.loads(read_safetensors(b)[1]["graph"])
+            good = ga["nodes"] == gb["nodes"]
+        print(f"init --arch {mt} with size flags == init --from_config of that config -> {'PASS' if good else 'FAIL'}"
+              f"{'' if good else ': ' + r1.stderr + r2.stderr}")
+        ok &= good
+    return ok
 
 
 def refusals(zr, work):

@@ -237,7 +237,9 @@ int main(int argc, char** argv) {
                        "yet, and without this flag such a config is an error");
   auto* init_cmd = app.add_subcommand("init", "write a model.bin with fresh weights");
   std::string from_config;
-  init_cmd->add_option("--arch", arch, "mlp | gpt2 | llama");
+  init_cmd->add_option("--arch", arch,
+                       "mlp | gpt2 | llama, or a decoder model_type (mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, "
+                       "gemma3_text) with that family's features and the size flags");
   init_cmd->add_option("--from_config", from_config,
                        "a transformers config.json (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, gemma3): "
                        "that model with fresh weights");
@@ -259,6 +261,9 @@ int main(int argc, char** argv) {
   init_cmd->add_flag("--tied", tied, "llama: lm_head tied to the token embedding");
   init_cmd->add_option("--n_kv_head", llama.n_kv_head, "llama: key/value heads (grouped-query; default n_head)");
   init_cmd->add_option("--rope_theta", llama.rope_theta, "llama: rotary embedding base (default 10000)");
+  int64_t init_head_dim = 0, init_window = 0;
+  init_cmd->add_option("--head_dim", init_head_dim, "decoder model_types: head size (default: the family's)");
+  init_cmd->add_option("--window", init_window, "decoder model_types: sliding window (mistral, phi3, gemma2/3)");
 
   std::string est_model, est_precision = "bf16", est_device = "cuda";
   int est_world = 1;
@@ -351,6 +356,28 @@ int main(int argc, char** argv) {
       save_model(out, m);
       std::printf("wrote %s: %s (%s) with fresh weights, %lld parameters\n", out.c_str(), s.model_type.c_str(),
                   from_config.c_str(), static_cast<long long>(m.num_params()));
+      return 0;
+    }
+    if (*init_cmd && arch != "llama" && hf_decoder_type(arch)) {
+      // The family's features with the flags' sizes: the config.json the flags spell, read as import reads one.
+      json cfg = {{"model_type", arch},          {"vocab_size", gpt.vocab},   {"max_position_embeddings", gpt.n_ctx},
+                  {"hidden_size", gpt.n_embd},   {"num_hidden_layers", gpt.n_layer},
+                  {"num_attention_heads", gpt.n_head}, {"intermediate_size", llama.ffn}};
+      if (init_cmd->count("--n_kv_head")) cfg["num_key_value_heads"] = llama.n_kv_head;
+      if (init_cmd->count("--rope_theta")) cfg["rope_theta"] = llama.rope_theta;
+      if (init_cmd->count("--head_dim")) cfg["head_dim"] = init_head_dim;
+      if (init_cmd->count("--window")) cfg["sliding_window"] = init_window;
+      if (arch == "qwen2" || arch == "qwen3") cfg["use_sliding_window"] = init_cmd->count("--window") > 0;
+      if (tied || untied) cfg["tie_word_embeddings"] = tied;
+      std::vector<std::string> notes;
+      LlamaSpec s = hf_decoder_spec(cfg, "--arch " + arch, &notes);
+      for (auto& n : notes) std::printf("note: %s\n", n.c_str());
+      // merge writes this config.json: the keys the flags set, transformers' defaults (which hf_decoder_spec
+      // mirrors) for the rest.
+      Model m = build_llama(s, seed);
+      save_model(out, m);
+      std::printf("wrote %s: %s, %lld parameters in %zu tensors, graph %s\n", out.c_str(), arch.c_str(),
+                  static_cast<long long>(m.num_params()), m.tensors.size(), m.graph_hash.c_str());
       return 0;
     }
     if (*init_cmd) {

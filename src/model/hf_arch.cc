@@ -278,7 +278,7 @@ LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector
     if (mt == "gemma3_text") s.qk_norm = "head";
   }
   if (mt == "gemma2" || mt == "gemma3_text") {
-    s.attn_scale = 1.0 / std::sqrt(c.number("query_pre_attn_scalar", static_cast<double>(s.head_size())));
+    s.attn_scale = 1.0 / std::sqrt(c.number("query_pre_attn_scalar", 256.0));  // Gemma2/3Config's default
     if (s.attn_scale * std::sqrt(static_cast<double>(s.head_size())) == 1.0) s.attn_scale = 0;
   }
   if (mt == "gemma2") {
@@ -318,7 +318,10 @@ LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector
   // Sliding windows.
   const int64_t L = s.n_layer;
   if (mt == "mistral" || mt == "phi3") {
-    if (c.has("sliding_window")) s.window = c.size("sliding_window");
+    if (c.has("sliding_window"))
+      s.window = c.size("sliding_window");
+    else if (mt == "mistral" && !c.j.contains("sliding_window"))
+      s.window = 4096;  // MistralConfig's default (v0.3's config.json says null)
   } else if (mt == "qwen2" || mt == "qwen3") {
     if (c.flag("use_sliding_window", false) && c.has("sliding_window")) {
       s.window = c.size("sliding_window");
