@@ -28,7 +28,10 @@ class Tokenizer {
   // Many documents on `threads` threads (0: all cores); the result is the same as encode() one by one.
   std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts, bool add_special_tokens = true,
                                                  int threads = 0) const;
-  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false) const;
+  // The decoder's text; then transformers' clean_up_tokenization_spaces (" ." -> ".", ...) when
+  // tokenizer_config.json asks for it (transformers.js's default) and `clean_up_spaces` allows it.
+  std::string decode(const std::vector<int32_t>& ids, bool skip_special_tokens = false,
+                     bool clean_up_spaces = true) const;
 
   int32_t token_to_id(const std::string& token) const;  // -1 when absent
   std::string id_to_token(int32_t id) const;            // "" when absent
@@ -47,6 +50,21 @@ class Tokenizer {
  private:
   struct Impl;
   std::shared_ptr<const Impl> impl_;
+};
+
+// Text as tokens arrive (sampling): push() returns what the new token adds ("" while a UTF-8 character is still
+// incomplete), so the pieces concatenate to decode(ids, skip, false) (no space clean-up, which needs the whole
+// text). Decodes a short window, as HF tokenizers' DecodeStream.
+class DecodeStream {
+ public:
+  explicit DecodeStream(const Tokenizer& t, bool skip_special_tokens = false) : t_(t), skip_(skip_special_tokens) {}
+  std::string push(int32_t id);
+
+ private:
+  const Tokenizer& t_;
+  bool skip_;
+  std::vector<int32_t> ids_;
+  size_t prefix_ = 0, read_ = 0;
 };
 
 // Learns a byte-level BPE tokenizer (GPT-2's scheme: its pre-tokenizer regex, the 256 byte symbols, then merges

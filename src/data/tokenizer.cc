@@ -1026,7 +1026,7 @@ std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std:
   return out;
 }
 
-std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens) const {
+std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special_tokens, bool clean_up_spaces) const {
   const Impl& t = *impl_;
   std::vector<std::string> toks;
   for (int32_t id : ids) {
@@ -1042,7 +1042,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   } else {
     for (size_t i = 0; i < toks.size(); ++i) s += (i ? " " : "") + toks[i];
   }
-  if (t.clean_up_spaces) {
+  if (t.clean_up_spaces && clean_up_spaces) {
     for (auto [a, b] : std::initializer_list<std::pair<const char*, const char*>>{{" .", "."},
                                                                                   {" ?", "?"},
                                                                                   {" !", "!"},
@@ -1056,6 +1056,20 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
       replace_all(s, a, b);
   }
   return s;
+}
+
+std::string DecodeStream::push(int32_t id) {
+  ids_.push_back(id);
+  const std::vector<int32_t> done(ids_.begin() + static_cast<long>(prefix_), ids_.begin() + static_cast<long>(read_));
+  const std::vector<int32_t> all(ids_.begin() + static_cast<long>(prefix_), ids_.end());
+  const std::string before = done.empty() ? "" : t_.decode(done, skip_, false);
+  const std::string now = t_.decode(all, skip_, false);
+  // Hold back while the text ends in an incomplete character (decoded as U+FFFD).
+  if (now.size() <= before.size() || (now.size() >= 3 && now.compare(now.size() - 3, 3, "\xEF\xBF\xBD") == 0))
+    return "";
+  prefix_ = read_;
+  read_ = ids_.size();
+  return now.substr(before.size());
 }
 
 int32_t Tokenizer::token_to_id(const std::string& token) const { return impl_->lookup(token); }

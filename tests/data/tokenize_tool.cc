@@ -114,6 +114,10 @@ int main(int argc, char** argv) {
       j["ids"] = with[i];
       j["plain"] = plain[i];
       j["decoded"] = plain[i].empty() ? "" : tok.decode(plain[i]);
+      zerorun::DecodeStream stream(tok);  // token by token, as sampling prints: must add up to the same text
+      std::string streamed;
+      for (int32_t id : plain[i]) streamed += stream.push(id);
+      if (streamed != (plain[i].empty() ? "" : tok.decode(plain[i], false, false))) j["stream_differs"] = streamed;
       out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }
     return 0;

@@ -10,9 +10,13 @@ if (oracle.length !== docs.length || ours.length !== docs.length) {
   console.log(`${name}: ${docs.length} documents, oracle ${oracle.length} lines, zerorun ${ours.length} lines`);
   process.exit(1);
 }
-let bad = { ids: 0, plain: 0, decoded: 0 }, shown = 0, tokens = 0;
+let bad = { ids: 0, plain: 0, decoded: 0, streamed: 0 }, shown = 0, tokens = 0;
 for (let i = 0; i < docs.length; ++i) {
   tokens += oracle[i].ids.length;
+  if (ours[i].stream_differs !== undefined) {  // zerorun's DecodeStream, token by token, vs its decode
+    ++bad.streamed;
+    if (shown++ < 5) console.log(`${name}: document ${i}: streamed ${JSON.stringify(ours[i].stream_differs).slice(0, 200)}`);
+  }
   for (const k of ['ids', 'plain', 'decoded']) {
     const a = JSON.stringify(oracle[i][k]), b = JSON.stringify(ours[i][k]);
     if (a === b) continue;
@@ -24,7 +28,7 @@ for (let i = 0; i < docs.length; ++i) {
     }
   }
 }
-const total = bad.ids + bad.plain + bad.decoded;
+const total = bad.ids + bad.plain + bad.decoded + bad.streamed;
 console.log(`${name}: ${docs.length} documents, ${tokens} tokens: ${total ? 'MISMATCH' : 'identical'} ` +
-            `(ids ${bad.ids}, without special tokens ${bad.plain}, decoded ${bad.decoded} differ)`);
+            `(ids ${bad.ids}, without special tokens ${bad.plain}, decoded ${bad.decoded}, streamed ${bad.streamed} differ)`);
 process.exit(total ? 1 : 0);

@@ -184,6 +184,12 @@ TEST_CASE("tokenizer: SentencePiece-style BPE with byte fallback and fuse_unk", 
   // "▁ab é": ▁a then b (▁a ranks first), ▁, then é as its two UTF-8 bytes.
   CHECK(t.encode("ab \xC3\xA9", false) == std::vector<int32_t>{5, 4, 2, 7 + 0xC3, 7 + 0xA9});
   CHECK(t.decode(t.encode("ab \xC3\xA9", false)) == "ab \xC3\xA9");
+  {  // token by token: the first byte of é waits for the second
+    DecodeStream stream(t);
+    std::vector<std::string> pieces;
+    for (int32_t id : t.encode("ab \xC3\xA9", false)) pieces.push_back(stream.push(id));
+    CHECK(pieces == std::vector<std::string>{"a", "b", " ", "", "\xC3\xA9"});
+  }
   j["model"]["byte_fallback"] = false;
   const Tokenizer u = Tokenizer::from_json(j.dump());
   CHECK(u.encode("a\xC3\xA9\xC3\xA9", false) ==
