@@ -1136,7 +1136,7 @@ const char* fwd_name(int D, int cfg) {
 }
 
 // The one-kernel backward's variants the probe sweeps; 0 trains.
-constexpr int kBwdCfgs64 = 8, kBwdCfgsN = 2;
+constexpr int kBwdCfgs64 = 8, kBwdCfgsN = 2, kBwdCfgs128 = 3;
 // A one-kernel backward: blocks of KEYS keys (a (key blocks, K, B) grid) and WARPS warps, SMEM bytes of shared memory.
 template <auto Kernel, int KEYS, size_t SMEM, int WARPS = kWarps>
 void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
@@ -1252,16 +1252,26 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
       }
       run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, B, p, acc);
     } else {
-      ZR_CHECK(cfg >= 0 && cfg < kBwdCfgsN, "attention backward variant ", cfg, " does not exist at head size ", HS,
-               " (0..", kBwdCfgsN - 1, ")");
+      constexpr int NCFG = HS == 128 ? kBwdCfgs128 : kBwdCfgsN;
+      ZR_CHECK(cfg >= 0 && cfg < NCFG, "attention backward variant ", cfg, " does not exist at head size ", HS, " (0..",
+               NCFG - 1, ")");
       // 16 keys a warp (64 a block), longest first; head size 256: one Q / dO buffer (shared memory) and dK, dV's
-      // columns split over two warps (no spills). Head size 128: variant 1 (variant 0 is the two kernels).
+      // columns split over two warps (no spills). Head size 128: variants 1 and 2 (variant 0 is the two kernels;
+      // variant 2 is not yet timed).
       constexpr int MB = HS >= 128 ? 1 : 2, NB = HS == 256 ? 1 : 2, CS = HS == 256 ? 2 : 1;
       const bool sp = p.split > 1;
       auto* run = opt ? (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS, true>
                             : bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS>)
                       : (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS, true>
                             : bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS>);
+      if constexpr (HS == 128) {
+        // Variant 2: one Q / dO buffer (87 KB of shared memory: two blocks an SM, where two buffers allow one).
+        if (cfg == 2)
+          run = opt ? (sp ? bwd_kv_dq<BF, HS, MB, true, true, 1, true, CS, true>
+                          : bwd_kv_dq<BF, HS, MB, true, true, 1, true, CS>)
+                    : (sp ? bwd_kv_dq<BF, HS, MB, true, true, 1, false, CS, true>
+                          : bwd_kv_dq<BF, HS, MB, true, true, 1, false, CS>);
+      }
       if (cfg == 1 && HS != 128) {  // the two kernels (dK, dV by atomics where split)
         bwd_two<BF, HS>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
       } else {
@@ -1314,7 +1324,9 @@ bool tc_supported(const AttnDims& d) {
 }
 const char* tc_head_sizes() { return "64, 80, 96, 128, 256"; }
 int tc_forward_configs(int64_t head_size) { return head_size == 64 ? kFwdCfgs64 : kFwdCfgsN; }
-int tc_backward_configs(int64_t head_size) { return head_size == 64 ? kBwdCfgs64 : kBwdCfgsN; }
+int tc_backward_configs(int64_t head_size) {
+  return head_size == 64 ? kBwdCfgs64 : head_size == 128 ? kBwdCfgs128 : kBwdCfgsN;
+}
 const char* tc_forward_config_name(int64_t head_size, int cfg) { return fwd_name((int)head_size, cfg); }
 
 void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, const AttnDims& d, int cfg) {

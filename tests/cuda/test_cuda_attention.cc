@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cuda/flash_attention.h"
@@ -301,19 +302,19 @@ TEST_CASE("tensor-core attention with 16-bit storage on every side, grouped-quer
 }
 
 TEST_CASE(
-    "tensor-core attention backward: grouped-query heads split over blocks (dK, dV by atomics) equal the "
+    "tensor-core attention backward: every variant and the grouped-query split (dK, dV by atomics) equal the "
     "atomic-free kernels",
     "[cuda][attention]") {
-  // flash::tc_backward's gqa_split (ZERORUN_ATTN_GQA_SPLIT=1): every head size, plain, windowed and capped, each
-  // gradient form (16-bit written, f32 written, f32 added into `start`); the sums of dK, dV (and dQ) run in another
-  // order.
+  // Every one-kernel variant of head sizes 80..256 (dQ by atomics; at 128 variant 0 is the two kernels), and variant
+  // 0 with flash::tc_backward's gqa_split (ZERORUN_ATTN_GQA_SPLIT=1), plain and windowed + capped, each gradient
+  // form (16-bit written, f32 written, f32 added into `start`), against the two atomic-free kernels: the sums of dQ
+  // (and of dK, dV when split) run in another order.
   Rng r(44);
   for (int64_t D : {64, 80, 96, 128, 256})
     for (int opt = 0; opt < 2; ++opt) {
       kernels::AttnDims d;
       d.B = 2, d.T = 131, d.H = 6, d.K = 2, d.D = D, d.scale = 1.f / std::sqrt((float)D);
       if (opt) d.window = 50, d.softcap = 4.f;
-      INFO("D " << D << (opt ? " window 50, softcap 4" : ""));
       const int64_t n3 = d.B * d.T * d.width(), n = d.B * d.T * d.out_width(), nl = d.B * d.H * d.T;
       auto bits16 = [&](int64_t count, double scale) { return to16(rnd({count}, r, scale), DType::BF16).to(kGpu); };
       Tensor qkv = bits16(n3, 2.0), dout = bits16(n, 1.0), start = rnd({n3}, r).to(kGpu);
@@ -323,17 +324,27 @@ TEST_CASE(
       Tensor acc = Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu);
       auto q16 = [](const Tensor& t) { return static_cast<uint16_t*>(t.raw()); };
       kernels::flash::tc_forward(true, q16(qkv), nullptr, q16(out), lse.f32(), d);
+      // {variant, split}: the reference first (no dQ accumulator: the atomic-free kernels).
+      std::vector<std::pair<int, bool>> runs = {{-1, false}, {0, false}, {0, true}};
+      if (D != 64 && !opt)  // (64's variants: test_cuda_ops.cc; only variant 0 takes a window or a cap there)
+        for (int v = 1; v < kernels::flash::tc_backward_configs(D); ++v) runs.push_back({v, false});
       for (int form = 0; form < 3; ++form) {
-        Tensor g[2];
-        for (int split = 0; split < 2; ++split) {
-          g[split] = form == 0 ? Tensor::uninit({n3}, DType::BF16, MemCategory::Buffers, kGpu)
+        Tensor ref;
+        for (auto [variant, split] : runs) {
+          INFO("D " << D << (opt ? " window 50, softcap 4" : "") << " form " << form << " variant " << variant
+                    << (split ? " split" : ""));
+          Tensor g = form == 0 ? Tensor::uninit({n3}, DType::BF16, MemCategory::Buffers, kGpu)
                                : (form == 2 ? start.clone(MemCategory::Buffers)
                                             : Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu));
-          kernels::flash::tc_backward(true, q16(qkv), nullptr, q16(out), lse.f32(), q16(dout),
-                                      form ? g[split].f32() : nullptr, form ? nullptr : q16(g[split]), form == 2,
-                                      delta.f32(), split ? acc.f32() : nullptr, d, 0, split == 1);
+          kernels::flash::tc_backward(true, q16(qkv), nullptr, q16(out), lse.f32(), q16(dout), form ? g.f32() : nullptr,
+                                      form ? nullptr : q16(g), form == 2, delta.f32(),
+                                      variant < 0 ? nullptr : acc.f32(), d, std::max(variant, 0), split);
+          if (variant < 0) {
+            ref = as_f32(g);
+            continue;
+          }
+          close(ref, as_f32(g), form ? 2e-5 : 8e-3, "backward variant " + std::to_string(variant));
         }
-        close(as_f32(g[0]), as_f32(g[1]), form ? 2e-5 : 8e-3, "split backward, form " + std::to_string(form));
       }
     }
 }
