@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 source tests/device_env.sh
 OUTD=${1:-/tmp}
 shift || true
-KS=${*:-k_fwd k_bwd_kv\< k_bwd_q k_bwd_kv2}
+KS=${*:-k_fwd k_bwd_kv k_bwd_q k_bwd_kv2}  # (k_bwd_kv: its third launch is the two-kernel one)
 for k in $KS; do
   f=$OUTD/attn_ncu_$k.txt
   ncu --section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
