@@ -60,6 +60,12 @@ TokenShard load_token_shards(const std::string& spec, std::vector<std::string>* 
 std::unique_ptr<DataSource> make_masked_token_source(const std::string& spec, int64_t seq_len, int64_t vocab,
                                                      int32_t ignore_index = -100);
 
+// One document a sequence (the alternative to packing: no attention across documents without per-document
+// attention kernels): sample s is document s mod the document count, cut to seq_len + 1 tokens, "tokens" padded
+// with pad_id, "targets" = ignore_index past its end and where the mask is 0, "positions" 0..T-1.
+std::unique_ptr<DataSource> make_padded_document_source(const std::string& spec, int64_t seq_len, int64_t vocab,
+                                                        int32_t pad_id, int32_t ignore_index = -100);
+
 // `zerorun prepare`: text files and JSONL ({"text"}, {"messages": [{role, content}]}, {"prompt", "completion"})
 // to token shards, tokenized with a transformers tokenizer.json, chat rendered with the model's template.
 struct PrepareOptions {

@@ -1,4 +1,5 @@
-// Token windows carrying the loss mask (targets = ignore_index) and per-document positions (data.h).
+// Token windows carrying the loss mask (targets = ignore_index) and per-document positions, or one padded document a
+// sequence (data.h).
 #include <algorithm>
 
 #include "zerorun/data.h"
@@ -63,7 +64,62 @@ class MaskedTokenWindows : public DataSource {
   std::string desc_;
 };
 
+class PaddedDocuments : public DataSource {
+ public:
+  PaddedDocuments(TokenShard s, int64_t T, int64_t vocab, int32_t pad, int32_t ignore, std::string desc)
+      : s_(std::move(s)), T_(T), pad_(pad), ignore_(ignore), desc_(std::move(desc)) {
+    if (s_.doc_starts.empty()) s_.doc_starts = {0, static_cast<int64_t>(s_.tokens.size())};
+    ZR_CHECK(s_.doc_starts.size() >= 2, desc_, ": no documents");
+    ZR_CHECK(pad >= 0 && pad < vocab, desc_, ": the padding id ", pad, " is outside the model's vocabulary of ", vocab);
+    for (size_t i = 0; i < s_.tokens.size(); ++i)
+      ZR_CHECK(s_.tokens[i] < static_cast<uint64_t>(vocab), desc_, ": token ", s_.tokens[i], " at index ", i,
+               " is outside the model's vocabulary of ", vocab);
+  }
+  std::map<std::string, Tensor> batch(int64_t first, int64_t count) override {
+    Tensor x = Tensor::empty({count, T_}, DType::I32), y = Tensor::empty({count, T_}, DType::I32),
+           p = Tensor::empty({count, T_}, DType::I32);
+    const int64_t docs = static_cast<int64_t>(s_.doc_starts.size()) - 1;
+    for (int64_t b = 0; b < count; ++b) {
+      const int64_t d = (first + b) % docs, start = s_.doc_starts[static_cast<size_t>(d)];
+      const int64_t len = std::min(s_.doc_starts[static_cast<size_t>(d) + 1] - start, T_ + 1);
+      for (int64_t t = 0; t < T_; ++t) {
+        const size_t i = static_cast<size_t>(start + t);
+        x.i32()[b * T_ + t] = t < len ? static_cast<int32_t>(s_.tokens[i]) : pad_;
+        const bool target = t + 1 < len && (s_.loss_mask.empty() || s_.loss_mask[i + 1]);
+        y.i32()[b * T_ + t] = target ? static_cast<int32_t>(s_.tokens[i + 1]) : ignore_;
+        p.i32()[b * T_ + t] = static_cast<int32_t>(t);
+      }
+    }
+    return {{"tokens", x}, {"targets", y}, {"positions", p}};
+  }
+  std::string describe() const override {
+    return desc_ + " (" + std::to_string(s_.doc_starts.size() - 1) + " documents, one a sequence of " +
+           std::to_string(T_) + ", padded)";
+  }
+  uint64_t fingerprint() const override {
+    uint64_t h = fnv1a(&T_, sizeof T_);
+    for (size_t d = 0; d < s_.doc_starts.size(); d += 7) h = fnv1a(&s_.doc_starts[d], sizeof(int64_t), h);
+    for (size_t i = 0; i < s_.tokens.size(); i += 61) h = fnv1a(&s_.tokens[i], sizeof s_.tokens[i], h);
+    return h;
+  }
+  int64_t tokens_per_sample() const override { return T_; }
+
+ private:
+  TokenShard s_;
+  int64_t T_;
+  int32_t pad_, ignore_;
+  std::string desc_;
+};
+
 }  // namespace
+
+std::unique_ptr<DataSource> make_padded_document_source(const std::string& spec, int64_t seq_len, int64_t vocab,
+                                                        int32_t pad_id, int32_t ignore_index) {
+  std::vector<std::string> files;
+  TokenShard s = load_token_shards(spec, &files);
+  const std::string desc = files.size() == 1 ? files[0] : std::to_string(files.size()) + " files matching " + spec;
+  return std::make_unique<PaddedDocuments>(std::move(s), seq_len, vocab, pad_id, ignore_index, desc);
+}
 
 std::unique_ptr<DataSource> make_masked_token_source(const std::string& spec, int64_t seq_len, int64_t vocab,
                                                      int32_t ignore_index) {

@@ -252,6 +252,15 @@ TEST_CASE("zerorun shards: round trip, llm.c still read, corrupt files named", "
     CHECK(v(b.at("targets")) == std::vector<int32_t>{70000, 3, -100, 5, -100, 8});
     CHECK(v(b.at("positions")) == std::vector<int32_t>{0, 1, 2, 0, 1, 0});
   }
+  {  // one document a row: padded, no targets past a document's end or where the mask is 0
+    auto src = make_padded_document_source(path + "," + path2, 4, 80000, 0);
+    auto b = src->batch(1, 3);  // documents 1, 2, 0
+    auto v = [](const Tensor& t) { return std::vector<int32_t>(t.i32(), t.i32() + t.numel()); };
+    CHECK(v(b.at("tokens")) == std::vector<int32_t>{4, 5, 0, 0, 7, 8, 0, 0, 1, 70000, 3, 0});
+    CHECK(v(b.at("targets")) == std::vector<int32_t>{5, -100, -100, -100, 8, -100, -100, -100, 70000, 3, -100, -100});
+    CHECK(v(b.at("positions")) == std::vector<int32_t>{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3});
+    CHECK_THAT(error_of([&] { make_padded_document_source(path, 4, 80000, 90000); }), Contains("the padding id 90000"));
+  }
   std::remove(path2.c_str());
   write_token_shard(path, {7, 8, 9});  // llm.c
   const TokenShard l = read_token_shard(path);
