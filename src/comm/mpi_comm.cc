@@ -103,7 +103,12 @@ class MpiComm : public Communicator {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     double timeout = 600;  // 10 minutes, like PyTorch's default collective timeout for NCCL
-    if (const char* t = std::getenv("ZERORUN_COMM_TIMEOUT")) timeout = std::atof(t);
+    if (const char* t = std::getenv("ZERORUN_COMM_TIMEOUT")) {
+      char* end = nullptr;
+      timeout = std::strtod(t, &end);
+      ZR_CHECK(end != t && *end == '\0' && timeout >= 0 && timeout < 1e9, "ZERORUN_COMM_TIMEOUT '", t,
+               "' is not a number of seconds (0 turns the watchdog off)");
+    }
     if (size_ > 1) enable_watchdog(timeout, [] { MPI_Abort(MPI_COMM_WORLD, 1); });
   }
   ~MpiComm() override { enable_watchdog(0, nullptr); }

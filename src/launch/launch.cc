@@ -387,8 +387,15 @@ std::vector<std::string> build_command(const LaunchRequest& r, const std::vector
       }
     env.push_back({k, v, false});
   };
-  for (const EnvVar& v : r.env)
+  for (const EnvVar& v : r.env) {
+    if (v.name == "ZERORUN_COMM_TIMEOUT") {  // checked here too: one message before any rank starts
+      char* end = nullptr;
+      const double t = std::strtod(v.value.c_str(), &end);
+      ZR_CHECK(!v.value.empty() && *end == '\0' && t >= 0 && t < 1e9, "ZERORUN_COMM_TIMEOUT '", printable(v.value),
+               "' is not a number of seconds (0 turns the watchdog off)");
+    }
     if (v.name != "ZERORUN_SLOTS" && v.name != "MASTER_ADDR" && v.name != "MASTER_PORT") env.push_back(v);
+  }
   set("ZERORUN_SLOTS", slotmap);
   set("MASTER_PORT", r.master_port);
   set("MASTER_ADDR", r.master_addr.empty() ? p.front().host : r.master_addr);

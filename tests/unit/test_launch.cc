@@ -290,6 +290,11 @@ TEST_CASE("every launcher forwards the job's environment to every rank", "[launc
   CHECK(arg_after(a, "-x", "MASTER_ADDR") == "MASTER_ADDR=10.0.0.1");
   CHECK(count(a, "MASTER_ADDR=9.9.9.9") == 0);
   CHECK_THAT(shell_quote(a), Catch::Contains("-x 'MY_VAR=a b;c'"));
+  for (const char* bad : {"abc", "", "20s", "-1", "nan", "inf"}) {
+    LaunchRequest b = r;
+    b.env[0].value = bad;
+    CHECK_THROWS_WITH(build_command(b, place(b), cmd), Catch::Contains("ZERORUN_COMM_TIMEOUT '"));
+  }
   r.launcher = "mpich";
   a = build_command(r, place(r), cmd);
   CHECK(arg_after(a, "-genvlist") == "ZERORUN_COMM_TIMEOUT,NCCL_DEBUG");
