@@ -404,6 +404,8 @@ std::vector<std::string> build_command(const LaunchRequest& r, const std::vector
   // The remote shell: agent + arguments (+ -p PORT).
   std::vector<std::string> ssh = r.ssh.empty() ? std::vector<std::string>{} : shell_split(r.ssh, "--ssh");
   ZR_CHECK(r.ssh.empty() || !ssh.empty(), "--ssh is empty");
+  ZR_CHECK(ssh.empty() || (!ssh[0].empty() && ssh[0][0] != '-'), "--ssh '", printable(r.ssh),
+           "': the first word is the remote shell program (e.g. \"ssh -p 2222\"), not an option");
   if (r.ssh_port > 0) {
     ZR_CHECK(r.ssh_port <= 65535, "--ssh_port ", r.ssh_port, " is not a port (1..65535)");
     if (ssh.empty()) ssh = {"ssh"};

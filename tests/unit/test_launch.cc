@@ -189,6 +189,10 @@ TEST_CASE("the remote shell: --ssh with arguments, --ssh_port, per launcher", "[
   CHECK(arg_after(a, "plm_rsh_args") == "-p 2222");
   r.ssh = "ssh -o 'ProxyCommand=nc a b'";  // OpenMPI re-splits plm_rsh_args on blanks
   CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun"}), Catch::Contains("--ssh") && Catch::Contains("blank"));
+  r.ssh = "-p 2222";
+  CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun"}), Catch::Contains("remote shell program"));
+  r.ssh = "''";
+  CHECK_THROWS(build_command(r, place(r), {"zerorun"}));
   r.ssh = "ssh";
   r.ssh_port = -1;
   a = build_command(r, place(r), {"zerorun"});
