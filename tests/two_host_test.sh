@@ -3,7 +3,8 @@
 # zr0 in both), each with its own OpenSSH server; mpirun starts the remote rank over real ssh (--ssh with
 # arguments, --nic zr0). Checks: the 2-host ZeRO-3 run equals 2 local ranks; a checkpoint written from 2 hosts
 # resumes on 1; kill -9 of the remote rank ends the job, with nothing left on either host. Namespaces, sshds and
-# processes are cleaned up here. Needs root, /usr/sbin/sshd (Debian's openssh-server) and `ip netns`: skipped
+# processes are cleaned up here. The link taken down mid-training (ssh keepalives): the job ends within the timeout + 15 s,
+# nothing left on the launching host, the unreachable rank ends by its watchdog. Needs root, /usr/sbin/sshd (Debian's openssh-server) and `ip netns`: skipped
 # (exit 77) with a message otherwise.
 set -u
 ZR=$(realpath "${1:?usage: two_host_test.sh path/to/zerorun}")
@@ -102,6 +103,31 @@ fi
 sleep 1
 left=$(for ns in $A $B; do for p in $(ip netns pids $ns); do [[ $p == "$sshd_a" || $p == "$sshd_b" ]] || ps -o pid=,args= -p $p; done; done)
 if [[ -z "$left" ]]; then ok "nothing left on either host"; else bad "left behind: $left"; fi
+
+# The link taken down mid-training (ssh keepalives, ZERORUN_COMM_TIMEOUT=10): the job ends within the timeout
+# + 15 s, nothing is left on the launching host, and the rank on the unreachable host ends by its own watchdog.
+export ZERORUN_COMM_TIMEOUT=10
+ip netns exec $A "$ZR" --hostfile hosts --ssh "$SSH -o ServerAliveInterval=2 -o ServerAliveCountMax=2" --nic zr0 \
+  --master_addr 10.231.0.1 --config z3.json gpt.bin --steps 1000000 --micro_batch_size 2 --log_dir down >down.out 2>&1 &
+launcher=$!
+for _ in $(seq 300); do [[ -s down/metrics.jsonl ]] && break; sleep 0.1; done
+ranks_b() { for p in $(ip netns pids $B); do tr '\0' ' ' </proc/$p/cmdline 2>/dev/null | grep -q "zerorun train" && echo $p; done; }
+[[ -n "$(ranks_b)" ]] || bad "no rank on host B before the link went down"
+t0=$(date +%s.%N)
+ip -n $B link set zr0 down
+for _ in $(seq 250); do kill -0 $launcher 2>/dev/null || break; sleep 0.1; done
+if kill -0 $launcher 2>/dev/null; then bad "job still running 25 s after the link went down"; kill -9 $launcher
+else
+  wait $launcher; rc=$?
+  ok "link down: the job ends in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s (exit $rc)"
+fi
+sleep 1
+left=$(for p in $(ip netns pids $A); do [[ $p == "$sshd_a" ]] || ps -o pid=,args= -p $p; done)
+if [[ -z "$left" ]]; then ok "link down: nothing left on the launching host"; else bad "left on host A: $left"; fi
+for _ in $(seq 150); do [[ -z "$(ranks_b)" ]] && break; sleep 0.1; done
+if [[ -z "$(ranks_b)" ]]; then
+  ok "link down: the rank on the unreachable host ended by its watchdog ($(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s)"
+else bad "link down: the rank on host B still runs"; fi
 
 echo "$pass passed, $fail failed"
 [[ $fail -eq 0 ]]
