@@ -210,7 +210,7 @@ TEST_CASE("the remote shell: --ssh with arguments, --ssh_port, per launcher", "[
   CHECK_THROWS_WITH(build_command(r, place(r), {"zerorun"}), Catch::Contains("--ssh"));
 }
 
-TEST_CASE("--nic: MPI's TCP interfaces and NCCL_SOCKET_IFNAME", "[launch]") {
+TEST_CASE("nic option (--nic): MPI's TCP interfaces and NCCL_SOCKET_IFNAME", "[launch]") {
   for (const char* ok : {"eth1", "eth1,eth2", "ib0", "enp65s0f1", "bond0.100", "eth0:1"}) CHECK(valid_nic_list(ok));
   for (const char* no : {"", "eth1,", ",eth1", "-x", "a b", "eth;rm", "sixteen_chars_xx", "a,,b"})
     CHECK(!valid_nic_list(no));
