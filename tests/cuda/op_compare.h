@@ -15,20 +15,19 @@
 #include "zerorun/rng.h"
 
 namespace zerorun::cuda_test {
-namespace {  // each test file its own copy: internal linkage
 const Device kGpu = Device::cuda(0);
 
-Tensor rnd(const Shape& s, Rng& r, double scale = 1.0) {
+inline Tensor rnd(const Shape& s, Rng& r, double scale = 1.0) {
   Tensor t = Tensor::empty(s, DType::F32, MemCategory::Buffers);
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>((2 * r.uniform() - 1) * scale);
   return t;
 }
-Tensor ids(const Shape& s, int64_t V, Rng& r) {
+inline Tensor ids(const Shape& s, int64_t V, Rng& r) {
   Tensor t = Tensor::empty(s, DType::I32, MemCategory::Buffers);
   for (int64_t i = 0; i < t.numel(); ++i) t.i32()[i] = static_cast<int32_t>(r.next() % V);
   return t;
 }
-void close(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& what) {
+inline void close(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& what) {
   Tensor g = gpu.to(Device::cpu());
   REQUIRE(g.numel() == cpu.numel());
   double mx = 1e-6;
@@ -46,7 +45,7 @@ void close(const Tensor& cpu, const Tensor& gpu, double tol, const std::string& 
 }
 
 // A fresh f32 gradient filled with NaN on dev: an op that overwrites it must write every entry.
-Tensor nan_filled(const Shape& shape, Device dev) {
+inline Tensor nan_filled(const Shape& shape, Device dev) {
   Tensor g = Tensor::empty(shape, DType::F32, MemCategory::Buffers);
   for (int64_t i = 0; i < g.numel(); ++i) g.f32()[i] = std::nanf("");
   return g.to(dev);
@@ -57,8 +56,8 @@ struct Run {
   std::map<std::string, Tensor> dparams;
 };
 // overwrite: inputs the op writes (Op::writes_grad) get NaN-filled fresh gradients with din_acc false.
-Run run_op(const Node& n, const std::vector<Tensor>& in, const std::map<std::string, Tensor>& params,
-           const Tensor& dout_cpu, Device dev, bool overwrite = false) {
+inline Run run_op(const Node& n, const std::vector<Tensor>& in, const std::map<std::string, Tensor>& params,
+                  const Tensor& dout_cpu, Device dev, bool overwrite = false) {
   const Op& op = op_lookup(n.op);
   NodeCtx c;
   c.node = &n;
@@ -85,7 +84,7 @@ Run run_op(const Node& n, const std::vector<Tensor>& in, const std::map<std::str
   return {c.out, c.din, c.dparams};
 }
 
-Tensor rounded(const Tensor& t, DType dt) {
+inline Tensor rounded(const Tensor& t, DType dt) {
   if (dt == DType::F32 || t.dtype() != DType::F32) return t;
   Tensor r = t.clone();
   kernels::cpu_backend().round_to(dt, t.f32(), r.f32(), t.numel());
@@ -93,7 +92,7 @@ Tensor rounded(const Tensor& t, DType dt) {
 }
 
 // A one-node graph's node for `opname`, and an upstream gradient for its output (a scalar output gets 0.75).
-Node op_node(const std::string& opname, json attrs) {
+inline Node op_node(const std::string& opname, json attrs) {
   Node n;
   n.op = opname;
   n.block = "b";
@@ -101,8 +100,8 @@ Node op_node(const std::string& opname, json attrs) {
   n.attrs = attrs.is_null() ? json::object() : std::move(attrs);
   return n;
 }
-Tensor upstream_grad(const Node& n, const std::vector<Tensor>& in, const std::map<std::string, Tensor>& params,
-                     uint64_t seed) {
+inline Tensor upstream_grad(const Node& n, const std::vector<Tensor>& in, const std::map<std::string, Tensor>& params,
+                            uint64_t seed) {
   std::vector<ValueInfo> vin;
   for (auto& t : in) vin.push_back({t.shape(), t.dtype()});
   std::map<std::string, Shape> ps;
@@ -115,8 +114,8 @@ Tensor upstream_grad(const Node& n, const std::vector<Tensor>& in, const std::ma
 }
 
 // Worst relative difference of the op's forward output, CPU vs CUDA.
-double compare_op(const std::string& opname, json attrs, std::vector<Tensor> in, std::map<std::string, Tensor> params,
-                  double tol = 2e-5, DType pre_round = DType::F32) {
+inline double compare_op(const std::string& opname, json attrs, std::vector<Tensor> in,
+                         std::map<std::string, Tensor> params, double tol = 2e-5, DType pre_round = DType::F32) {
   INFO("op " << opname);
   const Node n = op_node(opname, std::move(attrs));
   Tensor dout = upstream_grad(n, in, params, 5);
@@ -142,13 +141,13 @@ double compare_op(const std::string& opname, json attrs, std::vector<Tensor> in,
 }
 // ---- 16-bit activation storage --------------------------------------------------------------
 // A 16-bit copy (bits of `dt`) of an f32 CPU tensor, and back to f32.
-Tensor to16(const Tensor& t, DType dt) {
+inline Tensor to16(const Tensor& t, DType dt) {
   Tensor h = Tensor::empty(t.shape(), dt, MemCategory::Buffers);
   auto* b = h.data<uint16_t>();
   for (int64_t i = 0; i < t.numel(); ++i) b[i] = dt == DType::BF16 ? f32_to_bf16(t.f32()[i]) : f32_to_f16(t.f32()[i]);
   return h;
 }
-Tensor as_f32(const Tensor& t) {
+inline Tensor as_f32(const Tensor& t) {
   Tensor c = t.to(Device::cpu());
   if (c.dtype() == DType::F32) return c;
   Tensor f = Tensor::empty(c.shape(), DType::F32, MemCategory::Buffers);
@@ -165,8 +164,8 @@ struct Storage16 {
   bool expect_out16 = false;
 };
 // The op on CUDA with 16-bit storage where `st` says, against the CPU op on the same (rounded) values.
-void compare_op16(const std::string& opname, json attrs, std::vector<Tensor> in, std::map<std::string, Tensor> params,
-                  const Storage16& st, DType dt, double tol = 3e-2) {
+inline void compare_op16(const std::string& opname, json attrs, std::vector<Tensor> in,
+                         std::map<std::string, Tensor> params, const Storage16& st, DType dt, double tol = 3e-2) {
   INFO("op " << opname << " (16-bit storage, " << dtype_name(dt) << ")");
   const Node n = op_node(opname, std::move(attrs));
   const Op& op = op_lookup(opname);
@@ -217,5 +216,4 @@ struct MatmulDtype {
   MatmulDtype(const MatmulDtype&) = delete;
   MatmulDtype& operator=(const MatmulDtype&) = delete;
 };
-}  // namespace
 }  // namespace zerorun::cuda_test
