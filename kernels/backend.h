@@ -4,8 +4,10 @@
 // build's stub reports that CUDA is not built. Signatures follow
 // kernels/cpu/cpu_kernels.h: raw pointers + sizes; backward accumulates.
 #pragma once
+#include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "zerorun/dtype.h"
@@ -149,8 +151,7 @@ class Backend {
   // Causal attention (cpu::AttnDims: grouped-query heads, scale, sliding window, soft-capping) keeping the
   // probabilities [B, H, T, T] for the backward.
   virtual void attention_fwd(const float* qkv, float* out, float* probs, const AttnDims& d) = 0;
-  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv,
-                             const AttnDims& d) = 0;
+  virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, const AttnDims& d) = 0;
   // Rotary embeddings (cpu::rope_fwd's layouts): qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D] with the key/value
   // heads repeated, or the same layout as qkv (!repeat); the backward writes or adds (Grad) dqkv. Each side f32,
   // or 16-bit where activations16().
@@ -173,8 +174,17 @@ class Backend {
   virtual bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) = 0;
   // Throws `message` if any id is outside [0, V): here, or (CUDA, no wait for the device) at the next get_scalar.
   // Embedding and cross-entropy kernels read nothing outside their tables for such ids in the meantime.
-  virtual void check_ids_deferred(const int32_t* ids, int64_t n, int64_t V, const std::string& message) {
-    ZR_CHECK(ids_in_range(ids, n, V), message);
+  // `ignore`: an id that passes too (cross-entropy's ignore_index -100 among targets; INT32_MIN: none).
+  virtual void check_ids_deferred(const int32_t* ids, int64_t n, int64_t V, const std::string& message,
+                                  int32_t ignore = INT32_MIN) {
+    if (ignore == INT32_MIN) {
+      ZR_CHECK(ids_in_range(ids, n, V), message);
+      return;
+    }
+    std::vector<int32_t> kept;
+    for (int64_t i = 0; i < n; ++i)
+      if (ids[i] != ignore) kept.push_back(ids[i]);
+    ZR_CHECK(ids_in_range(kept.data(), static_cast<int64_t>(kept.size()), V), message);
   }
   virtual void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C, int64_t V) = 0;
   virtual void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t N, int64_t C, int64_t V) = 0;

@@ -178,6 +178,11 @@ def rms(x, w, eps, gemma):
 
 
 def hf_forward(cfg_full, w, tokens, targets):
+    logits = hf_forward_logits(cfg_full, w, tokens)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def hf_forward_logits(cfg_full, w, tokens):
     mt = cfg_full["model_type"]
     cfg = cfg_full["text_config"] if mt == "gemma3" else cfg_full
     mt = "gemma3_text" if mt == "gemma3" else mt
@@ -280,7 +285,7 @@ def hf_forward(cfg_full, w, tokens, targets):
     logits = h @ head.t()
     if final_cap:
         logits = torch.tanh(logits / final_cap) * final_cap
-    return F.cross_entropy(logits.reshape(B * Tt, -1), targets.reshape(-1))
+    return logits
 
 
 # ---- the model_types, as their published configs spell them (shrunk) --------------------------------------------
@@ -430,6 +435,7 @@ def main():
             ok &= merge_check(zr, work, i, name, hc, model, cfg, shard, batch)
             ok &= init_check(zr, work, name, d, model)
         ok &= refusals(zr, work)
+        ok &= masked_check(zr, work, cfg)
         ok &= init_flags_check(zr, work)
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     sys.exit(0 if ok else 1)
@@ -476,6 +482,71 @@ def init_flags_check(zr, work):
         print(f"init --arch {mt} with size flags == init --from_config of that config -> {'PASS' if good else 'FAIL'}"
               f"{'' if good else ': ' + r1.stderr + r2.stderr}")
         ok &= good
+    return ok
+
+
+def masked_check(zr, work, cfg):
+    """A zerorun shard with a loss mask and documents (zerorun prepare's format, data.h): targets the mask leaves out
+    and first tokens of documents are -100; the loss is the mean over the global batch's counted targets, as
+    transformers computes it with num_items_in_batch across accumulation. zerorun on 1 and 2 ranks vs torch."""
+    hc = dict(cases()[4][1])  # qwen3
+    d = os.path.join(work, "masked_hf")
+    w = write_checkpoint(d, hc, "F32", False, 5)
+    model = os.path.join(work, "masked.bin")
+    subprocess.run([zr, "import", d, "-o", model], check=True, capture_output=True)
+    rng = np.random.default_rng(3)
+    n = 4000
+    toks = rng.integers(0, V, size=n).astype(np.uint16)
+    toks[1::2] = (toks[0:-1:2].astype(np.int64) * 5 + 3) % V
+    mask = (rng.random(n) < 0.6).astype(np.uint8)  # 40% of tokens are context only
+    starts = list(range(0, n, 173)) + [n]
+    for st in starts[:-1]:
+        mask[st] = 0
+    shard = os.path.join(work, "masked_000.bin")
+    hdr = np.zeros(256, dtype=np.int32)
+    hdr[0], hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[7], hdr[8] = 20250711, 1, n, 0, 2, len(starts) - 1, 1, V
+    with open(shard, "wb") as f:
+        f.write(hdr.tobytes() + toks.tobytes() + mask.tobytes() + np.array(starts, dtype=np.int64).tobytes())
+    windows = (n - 1) // T
+    start_set = set(starts)
+
+    def batch(first, count):
+        x = np.zeros((count, T), dtype=np.int64)
+        y = np.full((count, T), -100, dtype=np.int64)
+        for b in range(count):
+            k = (first + b) % windows
+            for t in range(T):
+                i = k * T + t
+                x[b, t] = toks[i]
+                if mask[i + 1] and (i + 1) not in start_set:
+                    y[b, t] = toks[i + 1]
+        return {"tokens": torch.tensor(x), "targets": torch.tensor(y)}
+
+    params = {k: v.clone().requires_grad_(True) for k, v in w.items()}
+    o = cfg["optimizer"]["params"]
+    opt = torch.optim.AdamW(list(params.values()), lr=o["lr"], betas=tuple(o["betas"]), weight_decay=o["weight_decay"])
+    micro, gas, steps = cfg["train_micro_batch_size_per_gpu"], cfg["gradient_accumulation_steps"], 12
+    ref = []
+    for k in range(steps):
+        opt.zero_grad()
+        bs = [batch(k * micro * gas + a * micro, micro) for a in range(gas)]
+        count = sum(int((b["targets"] != -100).sum()) for b in bs)
+        total = 0.0
+        for b in bs:  # the sum over the micro-batch's counted targets, over the global batch's count
+            lg = hf_forward_logits(hc, params, b["tokens"])
+            loss = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), b["targets"].reshape(-1), ignore_index=-100,
+                                   reduction="sum") / count
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(list(params.values()), cfg["gradient_clipping"])
+        opt.step()
+        ref.append(total)
+    c = {k: v for k, v in cfg.items() if k != "scheduler"}
+    ok = compare("loss mask (zerorun shard), 1 rank", run_zerorun(zr, model, c, steps, work, ["--data", shard]), ref)
+    ok &= compare("loss mask (zerorun shard), 2 ranks ZeRO-2",
+                  run_zerorun(zr, model, dict(c, zero_optimization={"stage": 2}, train_micro_batch_size_per_gpu=1,
+                                              gradient_accumulation_steps=2), steps, work,
+                              ["--data", shard, "--num_gpus", "2", "--device", "cpu"]), ref)
     return ok
 
 

@@ -20,6 +20,8 @@ class DataSource {
   virtual std::map<std::string, Tensor> batch(int64_t first, int64_t count) = 0;
   virtual std::string describe() const = 0;
   virtual int64_t tokens_per_sample() const { return 1; }
+  // Whether "targets" may hold -100 (ignored by the loss): the engine then weighs micro-batches by counted targets.
+  virtual bool may_ignore_targets() const { return false; }
   // What the samples are, for comparing ranks (rank_agreement.h): by default the description.
   virtual uint64_t fingerprint() const;
 };

@@ -160,6 +160,7 @@ class Engine {
   std::unique_ptr<LossScaler> scaler_;
   int64_t global_step_ = 0, updates_ = 0, samples_seen_ = 0;
   bool use_graphs_ = false;
+  double masked_weight(const std::vector<std::map<std::string, Tensor>>& micro, bool may_ignore);
   int64_t steps_run_ = 0, graph_captures_ = 0;
   MicroGraph graphs_[2];
   std::map<std::string, Tensor> graph_inputs_;

@@ -17,7 +17,7 @@ double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse
     double s = 0.0;
     for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(l[v] - mx));
     lse[n] = static_cast<float>(std::log(s) + mx);
-    row_loss[n] = std::log(s) + mx - l[targets[n]];
+    row_loss[n] = targets[n] == -100 ? 0.0 : std::log(s) + mx - l[targets[n]];  // -100: ignore_index
   }
   double tot = 0.0;
   for (int64_t n = 0; n < N; ++n) tot += row_loss[n];
@@ -29,6 +29,7 @@ void cross_entropy_bwd(const float* logits, const int32_t* targets, const float*
   const float scale = dloss / static_cast<float>(N);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] == -100) continue;  // ignore_index: no gradient
     const float* l = logits + n * V;
     float* d = dlogits + n * V;
     const float z = lse[n];

@@ -827,8 +827,8 @@ __global__ void k_softmax_bwd(const float* P, float* dP, const float* S, int64_t
 
 // ---- embeddings ------------------------------------------------------------------
 // Marks the first failing check: *bad = code unless an earlier one is there.
-__global__ void k_ids_check(const int32_t* ids, int64_t n, int64_t V, int* bad, int code) {
-  GRID_STRIDE(i, n) if (ids[i] < 0 || ids[i] >= V) atomicCAS(bad, 0, code);
+__global__ void k_ids_check(const int32_t* ids, int64_t n, int64_t V, int* bad, int code, int32_t ignore = INT32_MIN) {
+  GRID_STRIDE(i, n) if ((ids[i] < 0 || ids[i] >= V) && ids[i] != ignore) atomicCAS(bad, 0, code);
 }
 // Ids outside the table (reported by the deferred check) read zeros and get no gradient: no stray accesses.
 __global__ void k_emb_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C, int64_t V) {
@@ -1012,7 +1012,8 @@ __global__ void __launch_bounds__(1024) k_ce_fused(uint16_t* logits, const int32
   const int32_t t = targets[blockIdx.x];  // outside [0, V): reported by the deferred id check
   if (threadIdx.x == 0) row_loss[blockIdx.x] = t >= 0 && t < V ? z - ld1(l, t, bf) : 0.f;
   __syncthreads();  // the target's logit is read before the row is overwritten
-  const float zl = z * L2E, scale = *dloss / static_cast<float>(N);
+  // A row whose target is -100 (ignore_index) adds no loss and gets no gradient.
+  const float zl = z * L2E, scale = t == -100 ? 0.f : *dloss / static_cast<float>(N);
   for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
     const float4 x = ldv4(l, v, bf);
     const int64_t b = 4 * v;
@@ -1030,8 +1031,8 @@ __global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* l
                          bool acc, bool bf, int64_t N, int64_t V) {
   const L* l = logits + blockIdx.x * V;
   D* d = dlogits + blockIdx.x * V;
-  const float z = lse[blockIdx.x], scale = *dloss / static_cast<float>(N);
   const int32_t t = targets[blockIdx.x];
+  const float z = lse[blockIdx.x], scale = t == -100 ? 0.f : *dloss / static_cast<float>(N);  // -100: ignored
   if (V % 4 == 0) {
     for (int64_t v = threadIdx.x; v < V / 4; v += blockDim.x) {
       const float4 x = ldv4(l, v, bf);
@@ -1504,8 +1505,7 @@ class CudaBackend : public Backend {
         gemm_strided(false, true, T, T, D, d.scale, x + r * D, W, rep * D, x + H * D, W, D, 0.f, P + r * TT, T,
                      rep * TT, K);
     }
-    k_causal_softmax<<<rows_grid(d.B * H * T), kTpb, 0, cuda::stream()>>>(probs, d.B * H * T, T, d.window,
-                                                                            d.softcap);
+    k_causal_softmax<<<rows_grid(d.B * H * T), kTpb, 0, cuda::stream()>>>(probs, d.B * H * T, T, d.window, d.softcap);
     ZR_CUDA(cudaGetLastError());
     for (int64_t b = 0; b < d.B; ++b) {
       const float* x = qkv + b * T * W;
@@ -1527,9 +1527,9 @@ class CudaBackend : public Backend {
       for (int64_t r = 0; r < rep; ++r) {
         gemm_strided(false, true, T, T, D, 1.f, dO + r * D, O, rep * D, x + (H + K) * D, W, D, 0.f, dP.p + r * TT, T,
                      rep * TT, K);  // dP = dO V^T
-        gemm_strided(true, false, T, D, T, 1.f, P + r * TT, T, rep * TT, dO + r * D, O, rep * D, 1.f,
-                     dx + (H + K) * D, W, D, K);  // dV += P^T dO
-        if (S.p)  // the scaled scores again, for the soft-cap's derivative
+        gemm_strided(true, false, T, D, T, 1.f, P + r * TT, T, rep * TT, dO + r * D, O, rep * D, 1.f, dx + (H + K) * D,
+                     W, D, K);  // dV += P^T dO
+        if (S.p)                // the scaled scores again, for the soft-cap's derivative
           gemm_strided(false, true, T, T, D, d.scale, x + r * D, W, rep * D, x + H * D, W, D, 0.f, S.p + r * TT, T,
                        rep * TT, K);
       }
@@ -1594,7 +1594,8 @@ class CudaBackend : public Backend {
   }
   // Queued without a wait: the first failing check since the last read raises its message at the next
   // get_scalar. A message's code stays the same for the run, so a CUDA graph replaying the check stays right.
-  void check_ids_deferred(const int32_t* ids, int64_t n, int64_t V, const std::string& message) override {
+  void check_ids_deferred(const int32_t* ids, int64_t n, int64_t V, const std::string& message,
+                          int32_t ignore) override {
     if (!n) return;
     if (!ids_flag_) {
       ids_flag_ = static_cast<int*>(cuda::device_alloc(sizeof(int), dev_of_backend()));
@@ -1605,7 +1606,7 @@ class CudaBackend : public Backend {
     if (++ids_unread_ >= 4096) raise_deferred(true);  // a caller that never reads a value: check now
     auto [it, fresh] = ids_codes_.try_emplace(message, static_cast<int>(ids_messages_.size()) + 1);
     if (fresh) ids_messages_.push_back(message);
-    LAUNCH(k_ids_check, n, ids, n, V, ids_flag_, it->second);
+    LAUNCH(k_ids_check, n, ids, n, V, ids_flag_, it->second, ignore);
   }
   void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C, int64_t V) override {
     LAUNCH(k_emb_fwd, N * C, ids, table, out, N, C, V);

@@ -245,9 +245,11 @@ std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Mode
     ZR_CHECK(V > 0, "model has a 'tokens' input but no token embedding");
     if (spec.empty() || spec == "synthetic") return std::make_unique<SyntheticTokens>(seq_len, V, seed);
     std::vector<std::string> files;
-    auto toks = load_token_files(spec, &files);
+    TokenShard shards = load_token_shards(spec, &files);
+    // Shards with a loss mask (zerorun prepare's): targets the mask leaves out are -100, which the loss ignores.
+    if (!shards.loss_mask.empty()) return make_masked_token_source(spec, seq_len, V);
     std::string desc = files.size() == 1 ? files[0] : std::to_string(files.size()) + " files matching " + spec;
-    return std::make_unique<TokenWindows>(std::move(toks), seq_len, V, desc);
+    return std::make_unique<TokenWindows>(std::move(shards.tokens), seq_len, V, desc);
   }
   if (regression) {
     ZR_CHECK(spec.empty() || spec == "synthetic", "data: model with f32 inputs x/y only trains on 'synthetic' data",

@@ -41,6 +41,7 @@ class MaskedTokenWindows : public DataSource {
     }
     return {{"tokens", x}, {"targets", y}, {"positions", p}};
   }
+  bool may_ignore_targets() const override { return true; }
   std::string describe() const override {
     return desc_ + " (" + std::to_string(s_.tokens.size()) + " tokens, " + std::to_string(s_.doc_starts.size() - 1) +
            " documents, " + std::to_string(windows_) + " sequences of " + std::to_string(T_) + ")";
@@ -92,6 +93,7 @@ class PaddedDocuments : public DataSource {
     }
     return {{"tokens", x}, {"targets", y}, {"positions", p}};
   }
+  bool may_ignore_targets() const override { return true; }
   std::string describe() const override {
     return desc_ + " (" + std::to_string(s_.doc_starts.size() - 1) + " documents, one a sequence of " +
            std::to_string(T_) + ", padded)";

@@ -476,6 +476,24 @@ double Engine::eval_loss(DataSource& data, int64_t batches) {
   return sum / static_cast<double>(batches * cfg_.gas * W);
 }
 
+// 0 where the data source never ignores targets (the plain 1 / (gas W) weighting, no collective); else rows of a
+// micro-batch / the global batch's counted targets (summed over every rank, each step), each micro-batch's weight
+// in the mean.
+double Engine::masked_weight(const std::vector<std::map<std::string, Tensor>>& micro, bool may_ignore) {
+  if (!may_ignore) return 0.0;
+  int32_t counted = 0;
+  int64_t rows = 0;
+  for (const auto& in : micro) {
+    const Tensor& t = in.at("targets");
+    rows = t.numel();
+    for (int64_t i = 0; i < t.numel(); ++i) counted += t.i32()[i] != -100;
+  }
+  if (comm_.size() > 1) comm_.all_reduce(&counted, 1, DType::I32, ReduceOp::Sum);
+  ZR_CHECK(counted > 0, "every target of the global batch is -100 (ignored): nothing to train on in step ",
+           global_step() + 1);
+  return static_cast<double>(rows) / static_cast<double>(counted);
+}
+
 StepStats Engine::train_step(DataSource& data) {
   auto t0 = std::chrono::steady_clock::now();
   profile::Scope whole(".. train_step (whole)");
@@ -484,16 +502,21 @@ StepStats Engine::train_step(DataSource& data) {
   const double scale = scaler_->scale();
   double loss_sum = 0.0;
   std::vector<Tensor> losses;  // read after every backward is queued (one wait instead of one per forward)
+  std::vector<std::map<std::string, Tensor>> micro(static_cast<size_t>(cfg_.gas));
+  {
+    profile::Scope ps("data");
+    for (int64_t a = 0; a < cfg_.gas; ++a) micro[a] = data.batch(samples_seen_ + (a * W + r) * cfg_.micro, cfg_.micro);
+  }
+  // Targets of -100 (transformers' ignore_index: prompts, padding) add nothing: the loss is the mean over the
+  // targets of the whole global batch, as transformers computes it with num_items_in_batch, so every
+  // micro-batch weighs by its rows (the op's mean divides by them) over the batch's counted targets.
+  const double weight = masked_weight(micro, data.may_ignore_targets());
+  if (weight > 0) use_graphs_ = false;  // the loss gradient changes every step
   for (int64_t a = 0; a < cfg_.gas; ++a) {
-    int64_t first = samples_seen_ + (a * W + r) * cfg_.micro;
-    std::map<std::string, Tensor> inputs;
-    {
-      profile::Scope ps("data");
-      inputs = data.batch(first, cfg_.micro);
-    }
+    std::map<std::string, Tensor>& inputs = micro[static_cast<size_t>(a)];
     // DeepSpeed scales the loss by 1/gas (and by the fp16 loss scale); known before the forward, so the loss op
     // can make its input's gradient there.
-    const float loss_grad = static_cast<float>(scale / static_cast<double>(cfg_.gas));
+    const float loss_grad = static_cast<float>(weight > 0 ? scale * weight * W : scale / static_cast<double>(cfg_.gas));
     // Stages 0-1: the step's first backward overwrites the gradient buffer (no zero-fill of it each step).
     const bool fresh = a == 0 && stage_ < 2;
     if (use_graphs_ && steps_run_ > 0) {  // the first step runs eagerly: lazy set-up stays out of the graphs
@@ -526,7 +549,7 @@ StepStats Engine::train_step(DataSource& data) {
     comm_.all_reduce(&l, 1, DType::F32, ReduceOp::Sum);
     loss_sum = l;
   }
-  st.loss = loss_sum / static_cast<double>(cfg_.gas * W);
+  st.loss = weight > 0 ? loss_sum * weight : loss_sum / static_cast<double>(cfg_.gas * W);
   if (scale * W != 1.0) be().scale_inplace(g, static_cast<float>(1.0 / (scale * W)), gn);
   bool finite = true;
   double ss = 0.0;

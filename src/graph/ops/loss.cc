@@ -1,5 +1,7 @@
 // Losses producing the scalar the graph minimises: cross_entropy (mean over
-// rows of logits [..., V] against i32 targets) and mse (mean over elements).
+// rows of logits [..., V] against i32 targets; a row whose target is -100,
+// transformers' ignore_index, adds 0 and gets no gradient, and the engine
+// weighs each micro-batch by its counted targets) and mse (mean over elements).
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -20,7 +22,7 @@ class CrossEntropy : public Op {
   void forward(NodeCtx& c) const override {
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
     const int32_t* t = c.in[1].i32();
-    check_ids(c, t, N, V, "target", 1);
+    check_ids(c, t, N, V, "target", 1, -100);
     const Tensor& lg = c.in[0];
     Tensor loss = new_out({}, device_of(c));  // written on the device: nothing waits for the forward here
     if (c.loss_grad.defined() && lg.dtype() != DType::F32 && be(c).fuses_cross_entropy(V)) {

@@ -111,15 +111,18 @@ inline Tensor offset_weight(const NodeCtx& c, const Tensor& w, float offset) {
 // Every id in [0, V): on the CPU naming the first bad id and its position, on a
 // GPU by a device-side check that raises at the next read of a device value (the loss), so the forward is not held
 // up. `what` is "token" or "target"; `input` the node input holding the ids.
-inline void check_ids(const NodeCtx& c, const int32_t* id, int64_t N, int64_t V, const char* what, size_t input) {
+inline void check_ids(const NodeCtx& c, const int32_t* id, int64_t N, int64_t V, const char* what, size_t input,
+                      int32_t ignore = INT32_MIN) {
   if (device_of(c).is_cpu()) {
     for (int64_t i = 0; i < N; ++i)
-      ZR_CHECK(id[i] >= 0 && id[i] < V, what, " id ", id[i], " at position ", i, " is outside the vocabulary of ", V);
+      ZR_CHECK((id[i] >= 0 && id[i] < V) || id[i] == ignore, what, " id ", id[i], " at position ", i,
+               " is outside the vocabulary of ", V);
   } else {
     const std::string in = input < c.node->in.size() ? c.node->in[input] : "#" + std::to_string(input);
     be(c).check_ids_deferred(id, N, V,
                              "a " + std::string(what) + " id is outside the vocabulary of " + std::to_string(V) +
-                                 " (op '" + c.node->op + "', input '" + in + "')");
+                                 " (op '" + c.node->op + "', input '" + in + "')",
+                             ignore);
   }
 }
 
