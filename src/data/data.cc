@@ -228,6 +228,17 @@ uint64_t DataSource::fingerprint() const {
   return fnv1a(d.data(), d.size());
 }
 
+namespace {
+// Whether `path` (a regular file: load_token_files checked it) is a zerorun shard whose header says a loss mask
+// follows (header word 7, bit 0).
+bool zerorun_shard_has_mask(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  int32_t h[8] = {};
+  in.read(reinterpret_cast<char*>(h), sizeof h);
+  return in && h[0] == kZerorunShardMagic && (h[7] & 1) != 0;
+}
+}  // namespace
+
 std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed) {
   const Graph& g = m.graph;
   auto has_input = [&](const char* n, DType dt) {
@@ -245,11 +256,12 @@ std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Mode
     ZR_CHECK(V > 0, "model has a 'tokens' input but no token embedding");
     if (spec.empty() || spec == "synthetic") return std::make_unique<SyntheticTokens>(seq_len, V, seed);
     std::vector<std::string> files;
-    TokenShard shards = load_token_shards(spec, &files);
+    auto toks = load_token_files(spec, &files);
     // Shards with a loss mask (zerorun prepare's): targets the mask leaves out are -100, which the loss ignores.
-    if (!shards.loss_mask.empty()) return make_masked_token_source(spec, seq_len, V);
+    for (const std::string& f : files)
+      if (zerorun_shard_has_mask(f)) return make_masked_token_source(spec, seq_len, V);
     std::string desc = files.size() == 1 ? files[0] : std::to_string(files.size()) + " files matching " + spec;
-    return std::make_unique<TokenWindows>(std::move(shards.tokens), seq_len, V, desc);
+    return std::make_unique<TokenWindows>(std::move(toks), seq_len, V, desc);
   }
   if (regression) {
     ZR_CHECK(spec.empty() || spec == "synthetic", "data: model with f32 inputs x/y only trains on 'synthetic' data",
