@@ -108,11 +108,22 @@ struct AttnDims {
   float scale = 0.f;
   int64_t window = 0;
   float softcap = 0.f;
+  // Per-document attention for packed sequences: pos [B, T] (null: one document a row) holds each token's position
+  // in its document, so query t of row b sees no key before t - pos[b, t] (its document's first token). On CUDA pos
+  // is device memory. Combined with the causal mask and the window.
+  const int32_t* pos = nullptr;
   int64_t width() const { return (H + 2 * K) * D; }  // a qkv row
   int64_t out_width() const { return H * D; }        // an output row
   int64_t rep() const { return H / K; }              // query heads per key/value head
   // The first key query t sees.
   int64_t first_key(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
+  // The first key query t of row b sees (window and document; host pointers only).
+  int64_t first_key(int64_t b, int64_t t) const {
+    const int64_t w = first_key(t);
+    if (!pos) return w;
+    const int64_t doc = t - pos[b * T + t];
+    return doc > w ? doc : w;
+  }
 };
 
 // Causal self-attention (AttnDims) from qkv to out; probs [B, H, T, T] (the softmax, zero where masked) is saved
