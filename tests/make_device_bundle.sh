@@ -7,6 +7,7 @@
 # libraries go to lib-mpi/, used only where the GPU machine has no
 # libmpi.so.40 of its own (its OpenMPI's plugins must match its library).
 # Usage: bash tests/make_device_bundle.sh [BUILD_DIR] [EXTRA_BINARIES...]
+# DEVBUILD=dir (default .devbuild) puts the bundle elsewhere, so two builds can travel side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -26,6 +27,7 @@ for f in "$S"/bin/*; do ldd "$f"; done | awk '/=> \//{print $3}' | sort -u | whi
     *) cp -L "$lib" "$S/lib/" ;;
   esac
 done
-rm -rf .devbuild && mkdir -p .devbuild
-tar -C "$S" -cf - bin lib lib-mpi | xz -T0 -6 >.devbuild/bundle.tar.xz
-echo "$(ls "$S/bin" | tr '\n' ' ')-> .devbuild/bundle.tar.xz ($(du -h .devbuild/bundle.tar.xz | cut -f1))"
+D=${DEVBUILD:-.devbuild}
+rm -rf "$D" && mkdir -p "$D"
+tar -C "$S" -cf - bin lib lib-mpi | xz -T0 -6 >"$D/bundle.tar.xz"
+echo "$(ls "$S/bin" | tr '\n' ' ')-> $D/bundle.tar.xz ($(du -h "$D/bundle.tar.xz" | cut -f1))"
