@@ -4,7 +4,7 @@
 (bf16 block, AdamW with fp32 master weights); transformers trains the same model 20 steps under torch.autocast
 (bf16, fp32 weights, torch.optim.AdamW) on the same batches. The per-step losses must agree within bf16 noise
 (3e-2 relative at any step; the mean within 1e-2). Prints tokens/s of each as information, not a benchmark.
-Usage: python3 tests/hf_fullsize_device.py --zerorun BIN [--only NAME] [--steps 20]"""
+Usage: python3 tests/hf_fullsize_device.py --zerorun BIN [--only NAME[,NAME...]] [--steps 20]"""
 import argparse
 import json
 import os
@@ -39,6 +39,29 @@ SHAPES = {
                        query_pre_attn_scalar=256, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                        sliding_window=4096, max_position_embeddings=8192, rms_norm_eps=1e-6,
                        hidden_activation="gelu_pytorch_tanh"),
+    "Gemma-3-1B": dict(model_type="gemma3_text", vocab_size=262144, hidden_size=1152, intermediate_size=6912,
+                       num_hidden_layers=26, num_attention_heads=4, num_key_value_heads=1, head_dim=256,
+                       query_pre_attn_scalar=256, sliding_window=512, sliding_window_pattern=6,
+                       rope_theta=1000000.0, rope_local_base_freq=10000.0, max_position_embeddings=32768,
+                       rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh"),
+    "OLMo-2-0425-1B": dict(model_type="olmo2", vocab_size=100352, hidden_size=2048, intermediate_size=8192,
+                           num_hidden_layers=16, num_attention_heads=16, num_key_value_heads=16,
+                           max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=500000.0,
+                           tie_word_embeddings=False, attention_bias=False, pad_token_id=100277,
+                           bos_token_id=None, eos_token_id=100257),
+    # The 7B/3.8B models at their full width but 8 of their 32 layers: transformers' own fp32-weight AdamW training
+    # of the whole model (16 bytes a parameter) does not fit one 80 GB card.
+    "Mistral-7B-v0.3 (8 of 32 layers)": dict(model_type="mistral", vocab_size=32768, hidden_size=4096,
+                                             intermediate_size=14336, num_hidden_layers=8, num_attention_heads=32,
+                                             num_key_value_heads=8, max_position_embeddings=32768,
+                                             rms_norm_eps=1e-5, rope_theta=1000000.0, sliding_window=None,
+                                             tie_word_embeddings=False),
+    "Phi-3-mini-4k (8 of 32 layers)": dict(model_type="phi3", vocab_size=32064, hidden_size=3072,
+                                           intermediate_size=8192, num_hidden_layers=8, num_attention_heads=32,
+                                           num_key_value_heads=32, max_position_embeddings=4096,
+                                           original_max_position_embeddings=4096, rms_norm_eps=1e-5,
+                                           rope_theta=10000.0, sliding_window=2047, tie_word_embeddings=False,
+                                           bos_token_id=1, eos_token_id=32000, pad_token_id=32000),
 }
 
 
@@ -59,8 +82,8 @@ def main():
     with tempfile.TemporaryDirectory(dir=os.environ.get("WORKDIR", "/tmp")) as work:
         rng = np.random.default_rng(0)
         n = B * T * steps + 1
-        toks = rng.integers(0, 60000, size=n)  # uint16 shard ids; a learnable pattern on half the positions
-        toks[1::2] = (toks[0:-1:2] * 7 + 11) % 60000
+        toks = rng.integers(0, 32000, size=n)  # ids every vocabulary has; a learnable pattern on half the positions
+        toks[1::2] = (toks[0:-1:2] * 7 + 11) % 32000
         shard = os.path.join(work, "tok_000.bin")
         with open(shard, "wb") as f:
             hdr = np.zeros(256, dtype=np.int32)
@@ -74,7 +97,7 @@ def main():
         with open(cpath, "w") as f:
             json.dump(cfg, f)
         for name, hc in SHAPES.items():
-            if args.only and args.only not in name:
+            if args.only and not any(o in name for o in args.only.split(",")):
                 continue
             hc = dict(hc)
             mt = hc.pop("model_type")
