@@ -4,9 +4,6 @@
 // checksums, then `latest`, only after all ranks confirmed their shard.
 #include "zerorun/checkpoint.h"
 
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +15,7 @@
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
 #include "zerorun/model.h"
+#include "zerorun/platform.h"
 #include "zerorun/safetensors.h"
 #include "zerorun/strict_json.h"
 
@@ -272,7 +270,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
     if (want == f) {
       std::fprintf(stderr, "zerorun: fault injection: rank %d dies after writing its shard\n", r);
       std::fflush(stderr);
-      ::raise(SIGKILL);
+      platform::kill_self_hard();
     }
     if (std::strncmp(f, "pause_after_shard:", 18) == 0)  // testing: a slow save, to stop it midway
       std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(f + 18)));

@@ -5,8 +5,6 @@
 // layout transformers' GPT2LMHeadModel / LlamaForCausalLM load).
 #include "zerorun/merge.h"
 
-#include <sys/resource.h>
-
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -16,6 +14,7 @@
 #include "zerorun/graph.h"
 #include "zerorun/hf_layout.h"
 #include "zerorun/model.h"
+#include "zerorun/platform.h"
 #include "zerorun/safetensors.h"
 
 namespace zerorun {
@@ -78,8 +77,7 @@ void write_hf_extras(const Graph& g, const nlohmann::json& cfg, const std::strin
 MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, const std::string& out_dir, DType dtype,
                              MergeLayout layout) {
   ZR_CHECK(dtype == DType::F32 || dtype == DType::BF16, "merge: --dtype must be fp32 or bf16");
-  rusage ru0{};
-  getrusage(RUSAGE_SELF, &ru0);
+  const uint64_t rss0 = platform::peak_rss_bytes();
   const std::string dir = ckpt::resolve_dir(ckpt, tag);
   nlohmann::json m = ckpt::read_manifest(dir, true);
   Graph g = Graph::from_json(m.at("graph"));
@@ -152,10 +150,8 @@ MergeResult merge_checkpoint(const std::string& ckpt, const std::string& tag, co
     write_file_atomic(r.config_json, cfg.dump(2) + "\n");
   }
   if (r.hf_layout() && hf_class(g) != "GPT2LMHeadModel") write_hf_extras(g, cfg, out_dir, r);
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  r.peak_rss_bytes = static_cast<int64_t>(ru.ru_maxrss) * 1024;
-  r.baseline_rss_bytes = static_cast<int64_t>(ru0.ru_maxrss) * 1024;
+  r.peak_rss_bytes = static_cast<int64_t>(platform::peak_rss_bytes());
+  r.baseline_rss_bytes = static_cast<int64_t>(rss0);
   return r;
 }
 

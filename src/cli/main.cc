@@ -1,6 +1,5 @@
 // The `zerorun` command: launch (default), train, eval, init, import, merge, report, estimate, prepare, tokenizer.
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
@@ -20,6 +19,7 @@
 #include "zerorun/launch.h"
 #include "zerorun/merge.h"
 #include "zerorun/model.h"
+#include "zerorun/platform.h"
 #include "zerorun/stop_signal.h"
 #include "zerorun/tokenizer.h"
 #include "zerorun/strict_json.h"
@@ -118,11 +118,7 @@ int cmd_estimate(const std::string& model_path, int world, const std::string& pr
 
 // The per-rank command: this executable's `train` with the same options.
 std::vector<std::string> rank_command(const TrainOptions& o) {
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  ZR_CHECK(n > 0, "cannot find the zerorun executable (/proc/self/exe)");
-  std::vector<std::string> a = {std::string(self, static_cast<size_t>(n)), "train", o.model_path, "--config",
-                                o.config_path};
+  std::vector<std::string> a = {platform::executable_path(), "train", o.model_path, "--config", o.config_path};
   auto opt = [&](const char* flag, const std::string& v) {
     a.push_back(flag);
     a.push_back(v);
@@ -460,7 +456,7 @@ int main(int argc, char** argv) {
       if (!hostfile.empty()) lr.hosts = launch::load_hostfile(hostfile);
       lr.env = launch::job_environment();  // ZERORUN_*, NCCL_*, ..., then .deepspeed_env
       if (*app.get_option("--num_gpus") || lr.hosts.empty()) lr.num_gpus = num_gpus;
-      lr.as_root = geteuid() == 0;
+      lr.as_root = platform::is_root_user();
       lr.local_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       auto placement = launch::place(lr);
       std::vector<std::string> argv_s = launch::build_command(lr, placement, rank_command(launch));

@@ -1,10 +1,6 @@
 // Atomic writes, whole-file reads, CRC32 and directory helpers.
 #include "zerorun/fsutil.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <array>
 #include <cerrno>
 #include <cstring>
@@ -14,6 +10,7 @@
 #include <vector>
 
 #include "zerorun/error.h"
+#include "zerorun/platform.h"
 
 namespace zerorun {
 
@@ -40,16 +37,12 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 }
 
 uint64_t regular_file_size(const std::string& path) {
-  struct stat st {};
-  ZR_CHECK(::stat(path.c_str(), &st) == 0, path, ": cannot open file: ", std::strerror(errno));
-  const char* kind = S_ISDIR(st.st_mode)    ? "a directory"
-                     : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
-                     : S_ISCHR(st.st_mode)  ? "a character device"
-                     : S_ISBLK(st.st_mode)  ? "a block device"
-                     : S_ISSOCK(st.st_mode) ? "a socket"
-                                            : nullptr;
-  ZR_CHECK(S_ISREG(st.st_mode), path, ": not a regular file (", kind ? kind : "not a file", ")");
-  return static_cast<uint64_t>(st.st_size);
+  uint64_t size = 0;
+  std::string err;
+  const platform::FileKind k = platform::file_kind(path, &size, &err);
+  ZR_CHECK(k != platform::FileKind::Missing, path, ": cannot open file: ", err);
+  ZR_CHECK(k == platform::FileKind::Regular, path, ": not a regular file (", platform::file_kind_name(k), ")");
+  return size;
 }
 
 uint32_t file_crc32(const std::string& path) {
@@ -66,22 +59,22 @@ uint32_t file_crc32(const std::string& path) {
 }
 
 AtomicFile::AtomicFile(const std::string& path) : path_(path) {
-  tmp_ = path + ".tmp." + std::to_string(getpid());
-  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  ZR_CHECK(fd_ >= 0, path, ": cannot create file: ", std::strerror(errno));
+  tmp_ = path + ".tmp." + std::to_string(platform::process_id());
+  std::string err;
+  fd_ = platform::file_create(tmp_, &err);
+  ZR_CHECK(fd_ >= 0, path, ": cannot create file: ", err);
 }
 
 AtomicFile::~AtomicFile() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!committed_) ::unlink(tmp_.c_str());
+  if (fd_ >= 0) platform::file_close(fd_);
+  if (!committed_) platform::remove_file(tmp_);
 }
 
 void AtomicFile::write(const void* data, size_t n) {
   auto* p = static_cast<const char*>(data);
   crc_ = crc32_update(crc_, data, n);
   while (n > 0) {
-    ssize_t w = ::write(fd_, p, n);
-    if (w < 0 && errno == EINTR) continue;
+    const int64_t w = platform::file_write(fd_, p, n);
     ZR_CHECK(w > 0, path_, ": write failed: ", std::strerror(errno));
     p += w;
     n -= static_cast<size_t>(w);
@@ -89,18 +82,14 @@ void AtomicFile::write(const void* data, size_t n) {
 }
 
 void AtomicFile::commit() {
-  ZR_CHECK(::fsync(fd_) == 0, path_, ": fsync failed: ", std::strerror(errno));
-  ::close(fd_);
+  std::string err;
+  ZR_CHECK(platform::file_sync(fd_, &err), path_, ": fsync failed: ", err);
+  platform::file_close(fd_);
   fd_ = -1;
-  ZR_CHECK(::rename(tmp_.c_str(), path_.c_str()) == 0, path_, ": rename failed: ", std::strerror(errno));
+  ZR_CHECK(platform::replace_file(tmp_, path_, &err), path_, ": rename failed: ", err);
   committed_ = true;
   std::string dir = std::filesystem::path(path_).parent_path().string();
-  if (dir.empty()) dir = ".";
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  platform::sync_directory(dir.empty() ? "." : dir);
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
@@ -110,8 +99,9 @@ void write_file_atomic(const std::string& path, const std::string& content) {
 }
 
 std::string read_file(const std::string& path, bool allow_pipe) {
-  struct stat st {};  // a pipe only where asked for (--config <(...)); a directory or device is an error
-  if (::stat(path.c_str(), &st) == 0 && !(allow_pipe && S_ISFIFO(st.st_mode))) regular_file_size(path);
+  // a pipe only where asked for (--config <(...)); a directory or device is an error
+  const platform::FileKind k = platform::file_kind(path);
+  if (k != platform::FileKind::Missing && !(allow_pipe && k == platform::FileKind::Fifo)) regular_file_size(path);
   std::ifstream in(path, std::ios::binary);
   ZR_CHECK(in, path, ": cannot open file");
   std::ostringstream ss;
@@ -130,14 +120,14 @@ void check_writable_dir(const std::string& dir, const std::string& what) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   ZR_CHECK(!ec, what, " ", dir, ": cannot create the directory: ", ec.message());
-  const std::string probe = dir + "/.zerorun_write_test." + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int err = errno;
+  const std::string probe = dir + "/.zerorun_write_test." + std::to_string(platform::process_id());
+  std::string err;
+  const int fd = platform::file_create(probe, &err);
   if (fd >= 0) {
-    ::close(fd);
-    ::unlink(probe.c_str());
+    platform::file_close(fd);
+    platform::remove_file(probe);
   }
-  ZR_CHECK(fd >= 0, what, " ", dir, ": cannot write there: ", std::strerror(err));
+  ZR_CHECK(fd >= 0, what, " ", dir, ": cannot write there: ", err);
 }
 
 bool is_directory(const std::string& path) {

@@ -8,6 +8,7 @@
 
 #include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
+#include "zerorun/platform.h"
 
 namespace zerorun {
 namespace {
@@ -77,7 +78,7 @@ HostBuffer::HostBuffer(size_t bytes, MemCategory cat, Device dev, bool zero) : d
   }
   size_t rounded = (bytes + 63) / 64 * 64;
   if (rounded == 0) rounded = 64;
-  ptr_ = std::aligned_alloc(64, rounded);
+  ptr_ = platform::aligned_alloc(64, rounded);
   if (!ptr_) ZR_FAIL("out of host memory allocating ", bytes, " bytes for ", mem_category_name(cat));
   if (zero || poison_uninit()) std::memset(ptr_, zero ? 0 : 0xFF, rounded);
   mem_record(cat_, static_cast<int64_t>(bytes_));
@@ -91,7 +92,7 @@ HostBuffer::~HostBuffer() {
     return;
   }
   if (pinned_) cuda::host_unregister(ptr_);
-  std::free(ptr_);
+  platform::aligned_free(ptr_);
   mem_record(cat_, -static_cast<int64_t>(bytes_));
 }
 

@@ -1,7 +1,6 @@
 // Byte-level BPE training (zerorun/tokenizer.h): words from GPT-2's pre-tokenizer regex, counted; pairs counted
 // over the distinct words weighted by frequency; each step merges the most frequent pair (a lazy max-heap), updating
 // only the words that hold it.
-#include <glob.h>
 
 #include <algorithm>
 #include <fstream>
@@ -13,6 +12,7 @@
 #include "unicode.h"
 #include "zerorun/error.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 #include "zerorun/tokenizer.h"
 
 namespace zerorun {
@@ -42,12 +42,9 @@ int64_t train_bpe_tokenizer(const TokenizerTrainOptions& o) {
            " ids the special tokens and the 256 bytes take");
   std::vector<std::string> files;
   for (const std::string& spec : o.inputs) {
-    glob_t g{};
-    const int rc = ::glob(spec.c_str(), 0, nullptr, &g);
-    if (rc == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) files.push_back(g.gl_pathv[i]);
-    globfree(&g);
-    ZR_CHECK(rc == 0, "tokenizer: no file matches '", spec, "'");
+    const std::vector<std::string> found = platform::glob(spec);
+    files.insert(files.end(), found.begin(), found.end());
+    ZR_CHECK(!found.empty(), "tokenizer: no file matches '", spec, "'");
   }
   // Words (as byte symbols) and their counts.
   const Regex re("'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+");

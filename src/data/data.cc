@@ -1,13 +1,12 @@
 // Token shard / .npy readers, the windowed token dataset and synthetic tasks.
 #include "zerorun/data.h"
 
-#include <glob.h>
-
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 #include "zerorun/rank_agreement.h"
 #include "zerorun/rng.h"
 
@@ -20,12 +19,9 @@ std::vector<std::string> expand(const std::string& spec) {
   std::string part;
   while (std::getline(ss, part, ',')) {
     if (part.empty()) continue;
-    glob_t g{};
-    int rc = ::glob(part.c_str(), 0, nullptr, &g);
-    if (rc == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(g.gl_pathv[i]);
-    globfree(&g);
-    ZR_CHECK(rc == 0, "data: no file matches '", part, "'");
+    const std::vector<std::string> found = platform::glob(part);
+    out.insert(out.end(), found.begin(), found.end());
+    ZR_CHECK(!found.empty(), "data: no file matches '", part, "'");
   }
   ZR_CHECK(!out.empty(), "data: no files given");
   return out;

@@ -1,9 +1,6 @@
 // `zerorun prepare`: documents (text files, JSONL records) -> token shards with a loss mask and document starts.
 // Batches of documents are tokenized on all cores and written in input order, so the shards are the same for any
 // thread count.
-#include <glob.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -16,6 +13,7 @@
 #include "zerorun/data.h"
 #include "zerorun/error.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 #include "zerorun/jinja.h"
 #include "zerorun/tokenizer.h"
 
@@ -43,12 +41,9 @@ bool ends_with(const std::string& s, const std::string& x) {
 std::vector<std::string> expand_inputs(const std::vector<std::string>& specs) {
   std::vector<std::string> out;
   for (const std::string& spec : specs) {
-    glob_t g{};
-    const int rc = ::glob(spec.c_str(), 0, nullptr, &g);
-    if (rc == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(g.gl_pathv[i]);
-    globfree(&g);
-    ZR_CHECK(rc == 0, "prepare: no file matches '", spec, "'");
+    const std::vector<std::string> found = platform::glob(spec);
+    out.insert(out.end(), found.begin(), found.end());
+    ZR_CHECK(!found.empty(), "prepare: no file matches '", spec, "'");
   }
   for (auto& f : out)
     ZR_CHECK(!is_directory(f), "prepare: ", f, " is a directory (give the files in it, e.g. '", f, "/*.jsonl')");
@@ -241,7 +236,7 @@ class Preparer {
     size_t batch_bytes = 0;
     int64_t done_bytes = 0;
     auto last_print = std::chrono::steady_clock::now() - std::chrono::seconds(10);
-    const bool tty = isatty(2);
+    const bool tty = platform::stderr_is_terminal();
     auto progress = [&](bool final) {
       if (!o_.progress) return;
       const auto now = std::chrono::steady_clock::now();

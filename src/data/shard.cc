@@ -1,6 +1,5 @@
 // Token shards: llm.c's (uint16 tokens) and zerorun's (uint16/uint32 tokens, loss mask, document starts); the
 // layout is documented in zerorun/data.h.
-#include <glob.h>
 
 #include <algorithm>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include "zerorun/data.h"
 #include "zerorun/error.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 
 namespace zerorun {
 
@@ -90,12 +90,9 @@ TokenShard load_token_shards(const std::string& spec, std::vector<std::string>* 
   std::stringstream ss(spec);
   for (std::string part; std::getline(ss, part, ',');) {
     if (part.empty()) continue;
-    glob_t g{};
-    const int rc = ::glob(part.c_str(), 0, nullptr, &g);
-    if (rc == 0)
-      for (size_t i = 0; i < g.gl_pathc; ++i) list.push_back(g.gl_pathv[i]);
-    globfree(&g);
-    ZR_CHECK(rc == 0, "data: no file matches '", part, "'");
+    const std::vector<std::string> found = platform::glob(part);
+    list.insert(list.end(), found.begin(), found.end());
+    ZR_CHECK(!found.empty(), "data: no file matches '", part, "'");
   }
   ZR_CHECK(!list.empty(), "data: no files given");
   TokenShard all;

@@ -1,29 +1,18 @@
-// Records SIGUSR1 / SIGTERM for the trainer's graceful stop (see stop_signal.h).
+// Records the graceful-stop event (SIGUSR1 / SIGTERM; Ctrl+Break and console close on Windows) for the trainer
+// (see stop_signal.h); the platform layer installs the handler.
 #include "zerorun/stop_signal.h"
 
-#include <signal.h>
-
 #include <atomic>
-#include <initializer_list>
+
+#include "zerorun/platform.h"
 
 namespace zerorun {
 namespace {
 std::atomic<int> g_stop{0};
-void on_stop(int sig) {
-  if (g_stop.exchange(sig) != 0) {  // a second signal: the stop is not waited for (a step that hangs, impatience)
-    signal(sig, SIG_DFL);
-    raise(sig);
-  }
-}
+void on_stop(int code) { g_stop.store(code); }
 }  // namespace
 
-void install_stop_handler() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // system calls in flight (file writes, MPI) go on
-  for (int s : {SIGUSR1, SIGTERM}) sigaction(s, &sa, nullptr);
-}
+void install_stop_handler() { platform::install_stop_events(on_stop); }
 
 int stop_signal() { return g_stop.load(); }
 

@@ -17,6 +17,7 @@
 #include "zerorun/cuda_rt.h"
 #include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 #include "zerorun/profile.h"
 #include "zerorun/rank_agreement.h"
 #include "zerorun/safetensors.h"
@@ -307,7 +308,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
       stopped_by = sig;
       if (lead)
         spdlog::warn(
-            "signal {} ({}): stopping after step {}{}", sig, strsignal(sig), st.step,
+            "signal {} ({}): stopping after step {}{}", sig, platform::signal_description(sig), st.step,
             cfg.train.save_dir.empty() ? " (no --save_dir: nothing is saved)" : "; saving a checkpoint to resume from");
     }
   }

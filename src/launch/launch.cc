@@ -1,10 +1,7 @@
 // Hostfile / include-exclude parsing, rank placement, launcher argv.
 #include "zerorun/launch.h"
 
-#include <arpa/inet.h>
 #include <omp.h>
-#include <sched.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <cctype>
@@ -15,6 +12,7 @@
 
 #include "zerorun/error.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 
 namespace zerorun::launch {
 
@@ -47,8 +45,7 @@ int to_int(const std::string& s, const std::string& what) {
 
 bool valid_host_name(const std::string& name) {
   if (name.empty() || name.size() > 253) return false;
-  unsigned char v6[16];
-  if (name.find(':') != std::string::npos) return inet_pton(AF_INET6, name.c_str(), v6) == 1;  // an IPv6 literal
+  if (name.find(':') != std::string::npos) return platform::is_ipv6_literal(name);
   // A host name (RFC 1123 labels, plus '_' that real clusters use) or an IPv4 literal: dot-separated labels of
   // letters, digits, '-' and '_', none empty, none starting or ending with '-' (no option can pass as a host).
   size_t label = 0;
@@ -286,8 +283,7 @@ std::vector<EnvVar> job_environment(const std::vector<std::string>& environ,
     set_var(env, {e.substr(0, eq), e.substr(eq + 1), true});
   }
   for (const std::string& f : env_files) {
-    struct stat st;
-    if (stat(f.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;  // DeepSpeed: os.path.isfile
+    if (platform::file_kind(f) != platform::FileKind::Regular) continue;  // DeepSpeed: os.path.isfile
     for (EnvVar& v : parse_env_file(read_file(f), f)) set_var(env, std::move(v));
   }
   return env;
@@ -348,12 +344,9 @@ int apply_host_threads() {
   for (const char* k : {"OMP_NUM_THREADS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_STEP_TASKS_PER_NODE",
                         "SLURM_NODEID", "ZERORUN_LOCAL_RANKS"})
     if (const char* v = std::getenv(k)) env[k] = v;
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) cores = std::max(1, CPU_COUNT(&set));
-  const int t = host_threads(env, cores);
+  const int t = host_threads(env, platform::usable_cores());
   if (t > 0) {
-    setenv("OMP_NUM_THREADS", std::to_string(t).c_str(), 1);
+    platform::set_env("OMP_NUM_THREADS", std::to_string(t));
     omp_set_num_threads(t);
   }
   return t;

@@ -1,9 +1,6 @@
 // safetensors reading (validated against the file size) and atomic writing.
 #include "zerorun/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <fstream>

@@ -3,7 +3,6 @@
 #include "fuzz_targets.h"
 
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -21,6 +20,7 @@
 #include "zerorun/launch.h"
 #include "zerorun/merge.h"
 #include "zerorun/model.h"
+#include "zerorun/platform.h"
 #include "zerorun/safetensors.h"
 #include "zerorun/strict_json.h"
 
@@ -32,17 +32,7 @@ namespace {
 
 struct Scratch {
   std::string dir;
-  Scratch() {
-    const char* t = std::getenv("TMPDIR");
-    std::string tmpl = std::string(t && *t ? t : "/tmp") + "/zerorun_fuzz_XXXXXX";
-    std::vector<char> b(tmpl.begin(), tmpl.end());
-    b.push_back('\0');
-    if (!mkdtemp(b.data())) {
-      std::perror("mkdtemp");
-      std::abort();
-    }
-    dir = b.data();
-  }
+  Scratch() : dir(platform::make_temp_dir("zerorun_fuzz_")) {}
   ~Scratch() {
     std::error_code ec;
     fs::remove_all(dir, ec);

@@ -1,14 +1,14 @@
 // Launcher: hostfile parsing, include/exclude, placement, launcher argv.
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include "zerorun/launch.h"
+#include "zerorun/platform.h"
 
 using namespace zerorun::launch;
 
@@ -250,9 +250,7 @@ TEST_CASE(".deepspeed_env: DeepSpeed's files and rules, errors naming the line",
   CHECK(env_file_paths("/etc/job_env", "/h") == std::vector<std::string>{"/etc/job_env"});
   CHECK(env_file_paths("", nullptr) == std::vector<std::string>{"./.deepspeed_env"});
   // The launching environment's forwarded variables, then the files in order (home, then the working directory).
-  char home[] = "/tmp/zr_envXXXXXX";
-  REQUIRE(mkdtemp(home));
-  const std::string h = home;
+  const std::string h = zerorun::platform::make_temp_dir("zr_env");
   FILE* f = std::fopen((h + "/home_env").c_str(), "w");
   std::fputs("NCCL_DEBUG=WARN\nMY_VAR=home\nOTHER=1\n", f);
   std::fclose(f);
@@ -276,7 +274,7 @@ TEST_CASE(".deepspeed_env: DeepSpeed's files and rules, errors naming the line",
   CHECK(!m.count("ZERORUN_SLOTS"));
   std::remove((h + "/home_env").c_str());
   std::remove((h + "/cwd_env").c_str());
-  rmdir(home);
+  std::filesystem::remove(h);
 }
 
 TEST_CASE("every launcher forwards the job's environment to every rank", "[launch]") {

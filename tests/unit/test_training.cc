@@ -1,7 +1,6 @@
 // Single-rank training: loss falls, gradient accumulation is equivalent to a
 // bigger micro batch, activation checkpointing changes nothing, fp16
 // overflow skips the step.
-#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -13,6 +12,7 @@
 
 #include "tests/common/tiny.h"
 #include "zerorun/engine.h"
+#include "zerorun/platform.h"
 #include "zerorun/rng.h"
 #include "zerorun/zero_plan.h"
 
@@ -82,10 +82,10 @@ Tensors zero_grads(const Tensors& weights) {
 void fusions_change_nothing(const Graph& g, const Tensors& weights, const Tensors& inputs,
                             const std::function<void(const Executor&, bool)>& seen) {
   auto run = [&](bool fused) {
-    if (!fused) setenv("ZERORUN_FUSE", "0", 1);
+    if (!fused) platform::set_env("ZERORUN_FUSE", "0");
     Tensors gr = zero_grads(weights);
     Executor ex(g, weights, gr);
-    if (!fused) unsetenv("ZERORUN_FUSE");  // read by the constructor
+    if (!fused) platform::unset_env("ZERORUN_FUSE");  // read by the constructor
     const double loss = ex.forward(inputs);
     ex.backward(1.f);
     seen(ex, fused);
@@ -369,7 +369,7 @@ TEST_CASE("resuming with another train_batch_size goes on at the next unread sam
   };
   Model g = tiny_gpt();
   const std::string dir =
-      (std::filesystem::temp_directory_path() / ("zr_resume_batch_" + std::to_string(::getpid()))).string();
+      (std::filesystem::temp_directory_path() / ("zr_resume_batch_" + std::to_string(platform::process_id()))).string();
   auto comm = make_self_comm();
   Recording d;
   {

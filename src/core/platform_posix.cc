@@ -1,0 +1,344 @@
+// The POSIX (Linux) side of the platform layer (include/zerorun/platform.h): the only file in src/ that calls
+// POSIX-only functions. Its Windows twin is platform_win32.cc; CMake compiles one of them.
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <thread>
+
+#include "zerorun/error.h"
+#include "zerorun/platform.h"
+
+namespace zerorun::platform {
+
+// ---- files ----
+int file_create(const std::string& path, std::string* err) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0 && err) *err = std::strerror(errno);
+  return fd;
+}
+
+int64_t file_write(int fd, const void* data, size_t n) {
+  for (;;) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    return static_cast<int64_t>(w);
+  }
+}
+
+bool file_sync(int fd, std::string* err) {
+  if (::fsync(fd) == 0) return true;
+  if (err) *err = std::strerror(errno);
+  return false;
+}
+
+void file_close(int fd) { ::close(fd); }
+
+bool replace_file(const std::string& from, const std::string& to, std::string* err) {
+  if (::rename(from.c_str(), to.c_str()) == 0) return true;
+  if (err) *err = std::strerror(errno);
+  return false;
+}
+
+void sync_directory(const std::string& dir) {
+  const int dfd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+bool remove_file(const std::string& path) { return ::unlink(path.c_str()) == 0; }
+
+FileKind file_kind(const std::string& path, uint64_t* size, std::string* err) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    if (err) *err = std::strerror(errno);
+    return FileKind::Missing;
+  }
+  if (size) *size = static_cast<uint64_t>(st.st_size);
+  if (S_ISREG(st.st_mode)) return FileKind::Regular;
+  if (S_ISDIR(st.st_mode)) return FileKind::Directory;
+  if (S_ISFIFO(st.st_mode)) return FileKind::Fifo;
+  if (S_ISCHR(st.st_mode)) return FileKind::CharDevice;
+  if (S_ISBLK(st.st_mode)) return FileKind::BlockDevice;
+  if (S_ISSOCK(st.st_mode)) return FileKind::Socket;
+  return FileKind::Other;
+}
+
+std::vector<std::string> glob(const std::string& pattern) {
+  std::vector<std::string> out;
+  glob_t g{};
+  if (::glob(pattern.c_str(), 0, nullptr, &g) == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.push_back(g.gl_pathv[i]);
+  globfree(&g);
+  return out;
+}
+
+std::string generic_path(const std::filesystem::path& p) { return p.generic_string(); }
+std::filesystem::path to_path(const std::string& utf8) { return std::filesystem::path(utf8); }
+
+// ---- processes ----
+int process_id() { return static_cast<int>(::getpid()); }
+bool is_root_user() { return ::geteuid() == 0; }
+
+std::string executable_path() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  ZR_CHECK(n > 0, "cannot find the zerorun executable (/proc/self/exe)");
+  return std::string(self, static_cast<size_t>(n));
+}
+
+bool find_executable(const std::string& cmd) {
+  if (cmd.find('/') != std::string::npos) return ::access(cmd.c_str(), X_OK) == 0;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t b = 0;
+  for (;;) {
+    const size_t e = dirs.find(':', b);
+    const std::string d = dirs.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (::access(((d.empty() ? "." : d) + "/" + cmd).c_str(), X_OK) == 0) return true;
+    if (e == std::string::npos) return false;
+    b = e + 1;
+  }
+}
+
+bool stderr_is_terminal() { return ::isatty(2) != 0; }
+
+int usable_cores() {
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cores = std::max(1, CPU_COUNT(&set));
+  return cores;
+}
+
+bool is_ipv6_literal(const std::string& s) {
+  unsigned char v6[16];
+  return ::inet_pton(AF_INET6, s.c_str(), v6) == 1;
+}
+
+namespace {
+std::vector<char*> c_argv(const std::vector<std::string>& argv) {
+  std::vector<char*> av;
+  for (auto& x : argv) av.push_back(const_cast<char*>(x.c_str()));
+  av.push_back(nullptr);
+  return av;
+}
+int exit_code(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+}  // namespace
+
+int run_process(const std::vector<std::string>& argv, std::string* err) {
+  ZR_CHECK(!argv.empty(), "run_process: empty command");
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    if (err) *err = std::string("fork: ") + std::strerror(errno);
+    return -1;
+  }
+  if (child == 0) {
+    std::vector<char*> av = c_argv(argv);
+    ::execvp(av[0], av.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0)
+    if (errno != EINTR) {
+      if (err) *err = std::string("waitpid: ") + std::strerror(errno);
+      return -1;
+    }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 127 && err) *err = "exit code 127 (not found, or not startable)";
+  return exit_code(status);
+}
+
+void kill_self_hard() {
+  ::raise(SIGKILL);
+  _exit(137);
+}
+
+struct Child::Impl {
+  pid_t pid = -1;
+  sigset_t stops{}, old{};
+};
+
+Child::Child(const std::vector<std::string>& argv, const std::string& hint) : impl_(new Impl) {
+  ZR_CHECK(!argv.empty(), "supervise: empty command");
+  sigemptyset(&impl_->stops);
+  for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGCHLD}) sigaddset(&impl_->stops, s);
+  sigprocmask(SIG_BLOCK, &impl_->stops, &impl_->old);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    const int e = errno;
+    sigprocmask(SIG_SETMASK, &impl_->old, nullptr);
+    delete impl_;
+    ZR_FAIL("cannot start ", argv[0], ": fork: ", std::strerror(e));
+  }
+  if (child == 0) {
+    // Its own process group: a signal sent to the whole job (a terminal's, a scheduler's) reaches the ranks through
+    // the parent as a graceful stop, not through mpirun as a kill. No terminal input: a background process group
+    // reading it would be stopped.
+    ::setpgid(0, 0);
+    // The parent killed outright (SIGKILL: nothing to forward) still ends the job, not an orphaned mpirun.
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) _exit(128 + SIGTERM);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    sigprocmask(SIG_SETMASK, &impl_->old, nullptr);
+    std::vector<char*> av = c_argv(argv);
+    ::execvp(av[0], av.data());
+    std::fprintf(stderr, "zerorun: error: cannot start %s: %s%s\n", argv[0].c_str(), std::strerror(errno),
+                 hint.c_str());
+    _exit(127);
+  }
+  ::setpgid(child, child);  // also here: no window where a signal to the group would reach it
+  impl_->pid = child;
+}
+
+Child::~Child() {
+  sigprocmask(SIG_SETMASK, &impl_->old, nullptr);
+  delete impl_;
+}
+
+void Child::send(int stop_code) { ::kill(impl_->pid, stop_code); }
+
+int Child::wait_step(int* event) {
+  *event = 0;
+  int status = 0;
+  if (impl_->pid < 0) return 127;
+  if (::waitpid(impl_->pid, &status, WNOHANG) == impl_->pid) {
+    impl_->pid = -1;
+    return exit_code(status);
+  }
+  siginfo_t si;
+  const int sig = sigwaitinfo(&impl_->stops, &si);
+  if (sig > 0 && sig != SIGCHLD) *event = sig;
+  return -1;
+}
+
+// ---- stop events ----
+const int kStopGraceful = SIGUSR1;
+const int kStopTerminate = SIGTERM;
+const int kStopInterrupt = SIGINT;
+const int kStopHangup = SIGHUP;
+
+const char* stop_name(int sig) {
+  switch (sig) {
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGHUP:
+      return "SIGHUP";
+    case SIGUSR1:
+      return "SIGUSR1";
+    case SIGINT:
+      return "SIGINT";
+  }
+  return "a signal";
+}
+
+std::string signal_description(int sig) { return strsignal(sig); }
+
+namespace {
+void (*g_on_first)(int) = nullptr;
+volatile sig_atomic_t g_seen = 0;
+void on_stop(int sig) {
+  if (g_seen) {  // a second signal: the stop is not waited for (a step that hangs, impatience)
+    signal(sig, SIG_DFL);
+    raise(sig);
+    return;
+  }
+  g_seen = 1;
+  if (g_on_first) g_on_first(sig);
+}
+}  // namespace
+
+void install_stop_events(void (*on_first)(int code)) {
+  g_on_first = on_first;
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // system calls in flight (file writes, MPI) go on
+  for (int s : {SIGUSR1, SIGTERM}) sigaction(s, &sa, nullptr);
+}
+
+// ---- crashes ----
+namespace {
+int (*g_rank)() = nullptr;
+void on_fatal(int sig) {
+  char head[160];
+  const int n = std::snprintf(head, sizeof head, "[zerorun] fatal signal %d (%s) in pid %d, rank %d; backtrace:\n", sig,
+                              strsignal(sig), static_cast<int>(getpid()), g_rank ? g_rank() : 0);
+  if (n > 0) (void)!::write(STDERR_FILENO, head, static_cast<size_t>(n));
+  void* frames[64];
+  const int k = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, k, STDERR_FILENO);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+}  // namespace
+
+void install_crash_backtrace(int (*rank)()) {
+  g_rank = rank;
+  void* warm[1];
+  backtrace(warm, 1);  // loads libgcc's unwinder now, not inside the handler
+  for (int s : {SIGSEGV, SIGBUS, SIGILL, SIGFPE}) std::signal(s, on_fatal);
+}
+
+// ---- memory ----
+uint64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;  // KiB on Linux
+}
+
+void* aligned_alloc(size_t alignment, size_t bytes) { return std::aligned_alloc(alignment, bytes); }
+void aligned_free(void* p) { std::free(p); }
+
+// ---- environment ----
+void set_env(const std::string& name, const std::string& value) { ::setenv(name.c_str(), value.c_str(), 1); }
+void unset_env(const std::string& name) { ::unsetenv(name.c_str()); }
+
+std::string temp_dir() {
+  const char* t = std::getenv("TMPDIR");
+  std::string d = t && *t ? t : "/tmp";
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return d;
+}
+
+std::string make_temp_dir(const std::string& prefix) {
+  std::string tmpl = temp_dir() + "/" + prefix + "XXXXXX";
+  ZR_CHECK(::mkdtemp(tmpl.data()) != nullptr, tmpl, ": cannot create a temporary directory: ", std::strerror(errno));
+  return tmpl;
+}
+
+// ---- shared libraries ----
+void* load_library(const std::string& name, std::string* err) {
+  void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h && err) {
+    const char* e = ::dlerror();
+    *err = e ? e : "not found";
+  }
+  return h;
+}
+
+void* library_symbol(void* lib, const char* name) { return ::dlsym(lib, name); }
+
+}  // namespace zerorun::platform
