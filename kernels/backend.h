@@ -154,11 +154,12 @@ class Backend {
   virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, const AttnDims& d) = 0;
   // Rotary embeddings (cpu::rope_fwd's layouts): qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D] with the key/value
   // heads repeated, or the same layout as qkv (!repeat); the backward writes or adds (Grad) dqkv. Each side f32,
-  // or 16-bit where activations16().
+  // or 16-bit where activations16(). pos [B, T] (the device's memory; null: row r is at position r % T): each
+  // row's position, in [0, n_pos) (the CUDA kernels clamp one outside; the CPU's is an error).
   virtual void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                        const cpu::RopeFreqs& f, bool repeat) = 0;
+                        const cpu::RopeFreqs& f, bool repeat, const int32_t* pos, int64_t n_pos) = 0;
   virtual void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                        const cpu::RopeFreqs& f, bool repeat) = 0;
+                        const cpu::RopeFreqs& f, bool repeat, const int32_t* pos, int64_t n_pos) = 0;
   // Flash-style attention (no T x T matrix): saves the per-row log-sum-exp
   // [B, H, T] instead of the probabilities; backward also reads the output.
   virtual bool has_flash_attention(const AttnDims&) const { return false; }

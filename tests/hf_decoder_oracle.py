@@ -163,10 +163,14 @@ def inv_freq(theta, D, rope):
     return inv, scale
 
 
-def rope_apply(x, theta, rope):
+def rope_apply(x, theta, rope, position_ids=None):
+    """position_ids [B, T] (transformers' argument; packed documents restart at 0), else 0 .. T - 1."""
     B, Hh, Tt, D = x.shape
     inv, scale = inv_freq(theta, D, rope)
-    emb = torch.cat([torch.outer(torch.arange(Tt, dtype=torch.float64), inv)] * 2, dim=-1)
+    if position_ids is None:
+        emb = torch.cat([torch.outer(torch.arange(Tt, dtype=torch.float64), inv)] * 2, dim=-1)
+    else:  # [B, 1, T, D]: broadcast over the heads
+        emb = torch.cat([position_ids.to(torch.float64)[:, None, :, None] * inv] * 2, dim=-1)
     cos, sin = emb.cos() * scale, emb.sin() * scale
     rot = torch.cat((-x[..., D // 2:], x[..., :D // 2]), dim=-1)
     return x * cos + rot * sin
@@ -182,7 +186,9 @@ def hf_forward(cfg_full, w, tokens, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def hf_forward_logits(cfg_full, w, tokens):
+def hf_forward_logits(cfg_full, w, tokens, position_ids=None):
+    """position_ids: packed documents (each restarting at 0) attend only within their document — the block-diagonal
+    causal mask transformers' packing collators ask for with position_ids (flash-attention varlen / the 4D mask)."""
     mt = cfg_full["model_type"]
     cfg = cfg_full["text_config"] if mt == "gemma3" else cfg_full
     mt = "gemma3_text" if mt == "gemma3" else mt
@@ -228,6 +234,9 @@ def hf_forward_logits(cfg_full, w, tokens):
         h = h * torch.tensor(C ** 0.5, dtype=torch.float64)
     pos = torch.arange(Tt)
     causal = pos[None, :] <= pos[:, None]
+    if position_ids is not None:  # [B, 1, T, T]: same document (documents numbered by their starts) and causal
+        doc = (position_ids == 0).cumsum(-1)
+        causal = (causal[None] & (doc[:, :, None] == doc[:, None, :]))[:, None]
     for i in range(L):
         p = f"model.layers.{i}."
         x = h if mt == "olmo2" else rms(h, w[p + "input_layernorm.weight"], eps, gemma)
@@ -254,7 +263,7 @@ def hf_forward_logits(cfg_full, w, tokens):
                 th, rsc = (cfg.get("rope_local_base_freq", 10000.0), None) if sliding else (theta, rope_p)
         else:
             th, rsc = theta, rope_p
-        q, k = rope_apply(q, th, rsc), rope_apply(k, th, rsc)
+        q, k = rope_apply(q, th, rsc, position_ids), rope_apply(k, th, rsc, position_ids)
         k, v = (t.repeat_interleave(H // K, dim=1) for t in (k, v))
         s = (q @ k.transpose(-1, -2)) * scaling
         if softcap:
@@ -488,8 +497,17 @@ def init_flags_check(zr, work):
 def masked_check(zr, work, cfg):
     """A zerorun shard with a loss mask and documents (zerorun prepare's format, data.h): targets the mask leaves out
     and first tokens of documents are -100; the loss is the mean over the global batch's counted targets, as
-    transformers computes it with num_items_in_batch across accumulation. zerorun on 1 and 2 ranks vs torch."""
-    hc = dict(cases()[4][1])  # qwen3
+    transformers computes it with num_items_in_batch across accumulation. Documents packed into windows attend only
+    within themselves, their positions restart at 0 (the reference gets position_ids: a block-diagonal causal mask
+    and rope at each document's own positions); with train.packing false each document is a sequence of its own,
+    padded. zerorun on 1 and 2 ranks vs torch; a Qwen3 (rope, per-head q/k norm) and a Gemma 2 (soft-capping, a
+    sliding window of 7 on alternate layers)."""
+    return all([masked_case(zr, work, cfg, 4, 173, True), masked_case(zr, work, cfg, 8, 61, True),
+                masked_case(zr, work, cfg, 4, 29, False)])
+
+
+def masked_case(zr, work, cfg, case, doc_len, packing):
+    name, hc = cases()[case][0], dict(cases()[case][1])
     d = os.path.join(work, "masked_hf")
     w = write_checkpoint(d, hc, "F32", False, 5)
     model = os.path.join(work, "masked.bin")
@@ -499,7 +517,7 @@ def masked_check(zr, work, cfg):
     toks = rng.integers(0, V, size=n).astype(np.uint16)
     toks[1::2] = (toks[0:-1:2].astype(np.int64) * 5 + 3) % V
     mask = (rng.random(n) < 0.6).astype(np.uint8)  # 40% of tokens are context only
-    starts = list(range(0, n, 173)) + [n]
+    starts = list(range(0, n, doc_len)) + [n]
     for st in starts[:-1]:
         mask[st] = 0
     shard = os.path.join(work, "masked_000.bin")
@@ -513,14 +531,26 @@ def masked_check(zr, work, cfg):
     def batch(first, count):
         x = np.zeros((count, T), dtype=np.int64)
         y = np.full((count, T), -100, dtype=np.int64)
+        p = np.zeros((count, T), dtype=np.int64)
         for b in range(count):
-            k = (first + b) % windows
-            for t in range(T):
-                i = k * T + t
-                x[b, t] = toks[i]
-                if mask[i + 1] and (i + 1) not in start_set:
-                    y[b, t] = toks[i + 1]
-        return {"tokens": torch.tensor(x), "targets": torch.tensor(y)}
+            if packing:
+                k = (first + b) % windows
+                doc_start = k * T  # a document begun in an earlier window restarts at the window's start
+                for t in range(T):
+                    i = k * T + t
+                    if i in start_set:
+                        doc_start = i
+                    x[b, t], p[b, t] = toks[i], i - doc_start
+                    if mask[i + 1] and (i + 1) not in start_set:
+                        y[b, t] = toks[i + 1]
+            else:  # document s mod the count, cut to T + 1 tokens, padded with 0 (the pad id: no padding_idx here)
+                d = (first + b) % (len(starts) - 1)
+                lo, hi = starts[d], min(starts[d + 1], starts[d] + T + 1)
+                for t in range(T):
+                    x[b, t], p[b, t] = (toks[lo + t] if lo + t < hi else 0), t
+                    if lo + t + 1 < hi and mask[lo + t + 1]:
+                        y[b, t] = toks[lo + t + 1]
+        return {"tokens": torch.tensor(x), "targets": torch.tensor(y), "positions": torch.tensor(p)}
 
     params = {k: v.clone().requires_grad_(True) for k, v in w.items()}
     o = cfg["optimizer"]["params"]
@@ -533,7 +563,7 @@ def masked_check(zr, work, cfg):
         count = sum(int((b["targets"] != -100).sum()) for b in bs)
         total = 0.0
         for b in bs:  # the sum over the micro-batch's counted targets, over the global batch's count
-            lg = hf_forward_logits(hc, params, b["tokens"])
+            lg = hf_forward_logits(hc, params, b["tokens"], b["positions"])
             loss = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), b["targets"].reshape(-1), ignore_index=-100,
                                    reduction="sum") / count
             loss.backward()
@@ -542,8 +572,12 @@ def masked_check(zr, work, cfg):
         opt.step()
         ref.append(total)
     c = {k: v for k, v in cfg.items() if k != "scheduler"}
-    ok = compare("loss mask (zerorun shard), 1 rank", run_zerorun(zr, model, c, steps, work, ["--data", shard]), ref)
-    ok &= compare("loss mask (zerorun shard), 2 ranks ZeRO-2",
+    if not packing:
+        c["train"] = {"packing": False}
+    what = f"{name}, documents of {doc_len} {'packed' if packing else 'padded'}"
+    ok = compare(f"loss mask (zerorun shard), {what}, 1 rank",
+                 run_zerorun(zr, model, c, steps, work, ["--data", shard]), ref)
+    ok &= compare(f"loss mask (zerorun shard), {what}, 2 ranks ZeRO-2",
                   run_zerorun(zr, model, dict(c, zero_optimization={"stage": 2}, train_micro_batch_size_per_gpu=1,
                                               gradient_accumulation_steps=2), steps, work,
                               ["--data", shard, "--num_gpus", "2", "--device", "cpu"]), ref)

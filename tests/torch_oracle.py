@@ -100,7 +100,7 @@ def forward(graph, params, inputs):
     vals = dict(inputs)
     for n in graph["nodes"]:
         op, a = n["op"], n.get("attrs", {})
-        x = [vals[i] for i in n["in"]]
+        x = [vals.get(i) for i in n["in"]]  # an optional graph input left out ("positions") is None
         p = {r: params[t] for r, t in n.get("params", {}).items()}
         if op == "linear":
             y = F.linear(x[0], p["weight"], p.get("bias"))

@@ -65,6 +65,9 @@ struct TrainConfig {
   uint64_t seed = 1234;
   std::string log_dir;
   int64_t seq_len = 0;  // 0: the model's default
+  // Documents of zerorun shards: packed into windows of seq_len (true: attention and positions per document where
+  // the graph has the "positions" input), or one a sequence, padded (false).
+  bool packing = true;
 };
 
 enum class Precision { FP32, BF16, FP16 };

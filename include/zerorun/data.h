@@ -54,13 +54,15 @@ void write_zerorun_shard(const std::string& path, const TokenShard& shard);
 // offset into the whole, the loss mask filled with 1 for shards without one (empty if no shard has one).
 TokenShard load_token_shards(const std::string& spec, std::vector<std::string>* files = nullptr);
 
-// Windows of seq_len tokens over load_token_shards(spec), as the token-file source cuts them, with what the
-// loss mask and document boundaries need (not yet chosen by make_data_source: the loss and attention ops must
-// honour them first): "tokens" and "targets" [B, T] i32 with targets = ignore_index where the target token's mask
-// is 0 or it starts a document, and "positions" [B, T] i32, each token's position in its document (0 where a document
-// starts: the boundaries for per-document attention).
+// Windows of seq_len tokens over load_token_shards(spec), as the token-file source cuts them (documents packed),
+// with what the loss mask and document boundaries need: "tokens" and "targets" [B, T] i32 with targets =
+// ignore_index where the target token's mask is 0 or it starts a document, and "positions" [B, T] i32, each token's
+// position in its document (0 where a document starts, and at the window's start: a document that began in an
+// earlier window continues from 0, so positions stay below T), which graphs with the optional "positions" input give to
+// rope, the learned position table and attention (no attention across documents). `per_document` false (a graph
+// without that input) only changes what describe() says: that attention crosses the documents.
 std::unique_ptr<DataSource> make_masked_token_source(const std::string& spec, int64_t seq_len, int64_t vocab,
-                                                     int32_t ignore_index = -100);
+                                                     int32_t ignore_index = -100, bool per_document = true);
 
 // One document a sequence (the alternative to packing: no attention across documents without per-document
 // attention kernels): sample s is document s mod the document count, cut to seq_len + 1 tokens, "tokens" padded
@@ -91,7 +93,10 @@ struct PrepareResult {
 PrepareResult prepare_data(const PrepareOptions& o);
 
 // Picks a source for the model: token files for token models, "synthetic"
-// (or empty) for the built-in synthetic task matching the graph inputs.
-std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed);
+// (or empty) for the built-in synthetic task matching the graph inputs. Token files with a loss mask or documents
+// (zerorun shards) are packed (make_masked_token_source), or with packing false one document a sequence
+// (make_padded_document_source, padded with the token table's padding_idx, else 0).
+std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed,
+                                             bool packing = true);
 
 }  // namespace zerorun

@@ -21,6 +21,9 @@ struct InputSpec {
   std::string name;
   DType dtype = DType::F32;
   std::vector<std::string> dims;  // each a number or a symbol ("B", "T")
+  // An input the caller may leave out (JSON "optional": true): its value is then undefined and the ops reading it
+  // fall back to their behaviour without it ("positions": per-document positions of packed sequences).
+  bool optional = false;
 };
 
 struct Node {

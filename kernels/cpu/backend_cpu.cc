@@ -123,12 +123,12 @@ class CpuBackend : public Backend {
     cpu::attention_fwd(qkv, out, probs, d);
   }
   void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
-                bool repeat) override {
-    cpu::rope_fwd(f32(qkv, "rope"), f32(out, "rope"), B, T, H, K, D, f, repeat);
+                bool repeat, const int32_t* pos, int64_t n_pos) override {
+    cpu::rope_fwd(f32(qkv, "rope"), f32(out, "rope"), B, T, H, K, D, f, repeat, pos, n_pos);
   }
   void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
-                bool repeat) override {
-    cpu::rope_bwd(f32(dout, "rope"), acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, f, repeat);
+                bool repeat, const int32_t* pos, int64_t n_pos) override {
+    cpu::rope_bwd(f32(dout, "rope"), acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, f, repeat, pos, n_pos);
   }
   void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, const AttnDims& d) override {
     cpu::attention_bwd(qkv, probs, dout, acc_ptr(dqkv, d.B * d.T * d.width()), d);

@@ -92,11 +92,13 @@ __host__ __device__
     rope_angle(int64_t t, int64_t i, const RopeFreqs& f) {
   return static_cast<double>(static_cast<float>(t) * f.inv[i]);
 }
+// pos [B, T] (null: row r is at position r % T): each row's position instead (packed documents restart at 0;
+// incremental decoding continues a sequence), each in [0, n_pos).
 void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
-              bool repeat);
+              bool repeat, const int32_t* pos = nullptr, int64_t n_pos = 0);
 // dqkv += the gradient through rope_fwd of dout (a repeated key/value head sums over its H / K copies).
-void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-              const RopeFreqs& f, bool repeat);
+void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
+              bool repeat, const int32_t* pos = nullptr, int64_t n_pos = 0);
 
 // Attention's sizes and options (the attention op's attributes). qkv [B, T, (H + 2K) D]: H query heads, then K
 // key heads, then K value heads, D features each, heads contiguous; out [B, T, H D]. Query head h reads key/value

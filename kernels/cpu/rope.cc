@@ -3,43 +3,64 @@
 // grouped-query attention's key/value heads repeated for attention kernels
 // that read them so. Forward and backward side by side; the angles are
 // rope_angle()'s over the op's frequency table, shared with CUDA.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "zerorun/error.h"
 
 namespace zerorun::kernels::cpu {
 
 namespace {
-// cos and sin of t * inv[i] for t < T, i < D/2 (times f.scale): [T, D/2] each.
-void rope_tables(int64_t T, int64_t D, const RopeFreqs& f, std::vector<float>& cs, std::vector<float>& sn) {
+// cos and sin of t * inv[i] for the n positions t = t0 .. t0 + n - 1, i < D/2 (times f.scale): [n, D/2] each.
+void rope_tables(int64_t t0, int64_t n, int64_t D, const RopeFreqs& f, std::vector<float>& cs, std::vector<float>& sn) {
   const int64_t half = D / 2;
-  cs.resize(static_cast<size_t>(T * half));
+  cs.resize(static_cast<size_t>(n * half));
   sn.resize(cs.size());
-  for (int64_t t = 0; t < T; ++t)
+  for (int64_t t = 0; t < n; ++t)
     for (int64_t i = 0; i < half; ++i) {
-      const double a = rope_angle(t, i, f);
+      const double a = rope_angle(t0 + t, i, f);
       cs[static_cast<size_t>(t * half + i)] = static_cast<float>(std::cos(a)) * f.scale;
       sn[static_cast<size_t>(t * half + i)] = static_cast<float>(std::sin(a)) * f.scale;
     }
 }
-// f(row, cos, sin) for every row r < B*T (position r % T) in parallel, with that position's [D/2] tables.
+// f(row, cos, sin) for every row r < B*T in parallel, with its position's [D/2] tables: position r % T, or pos[r]
+// (each in [0, n_pos)). A table of every position when there are fewer positions than rows, else one a row (a
+// decoding step at position 5000 computes its own row, not 5000).
 template <class F>
-void each_row(int64_t B, int64_t T, int64_t D, const RopeFreqs& freqs, F f) {
+void each_row(int64_t B, int64_t T, int64_t D, const RopeFreqs& freqs, const int32_t* pos, int64_t n_pos, F f) {
   std::vector<float> cs, sn;
-  rope_tables(T, D, freqs, cs, sn);
-  const int64_t half = D / 2;
+  const int64_t half = D / 2, rows = B * T;
+  if (pos)
+    for (int64_t r = 0; r < rows; ++r)
+      ZR_CHECK(pos[r] >= 0 && pos[r] < n_pos, "rope: position ", pos[r], " of row ", r, " is outside [0, ", n_pos, ")");
+  if (!pos || n_pos <= rows) {
+    rope_tables(0, pos ? n_pos : T, D, freqs, cs, sn);
 #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < B * T; ++r) f(r, cs.data() + (r % T) * half, sn.data() + (r % T) * half);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t t = pos ? pos[r] : r % T;
+      f(r, cs.data() + t * half, sn.data() + t * half);
+    }
+    return;
+  }
+  std::vector<float> rc(static_cast<size_t>(rows * half)), rs(rc.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    rope_tables(pos[r], 1, D, freqs, cs, sn);
+    std::copy(cs.begin(), cs.end(), rc.begin() + r * half);
+    std::copy(sn.begin(), sn.end(), rs.begin() + r * half);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r) f(r, rc.data() + r * half, rs.data() + r * half);
 }
 }  // namespace
 
 void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
-              bool repeat) {
+              bool repeat, const int32_t* pos, int64_t n_pos) {
   // Output heads: H q, then Ko k, then Ko v (Ko = H repeated, else K); output k/v head j reads input head j / rep.
   const int64_t half = D / 2, rep = repeat ? H / K : 1, Ko = repeat ? H : K, in_w = (H + 2 * K) * D,
                 out_w = (H + 2 * Ko) * D;
-  each_row(B, T, D, f, [&](int64_t r, const float* c, const float* s) {
+  each_row(B, T, D, f, pos, n_pos, [&](int64_t r, const float* c, const float* s) {
     const float* x = qkv + r * in_w;
     float* y = out + r * out_w;
     for (int64_t j = 0; j < H + Ko; ++j) {  // q heads, then the (repeated) k heads: rotated
@@ -59,10 +80,10 @@ void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int
 }
 
 void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
-              bool repeat) {
+              bool repeat, const int32_t* pos, int64_t n_pos) {
   const int64_t half = D / 2, rep = repeat ? H / K : 1, Ko = repeat ? H : K, in_w = (H + 2 * K) * D,
                 out_w = (H + 2 * Ko) * D;
-  each_row(B, T, D, f, [&](int64_t r, const float* c, const float* s) {
+  each_row(B, T, D, f, pos, n_pos, [&](int64_t r, const float* c, const float* s) {
     const float* g = dout + r * out_w;
     float* dx = dqkv + r * in_w;
     // The transpose of the rotation, summed over the output heads each input head feeds (in head order).

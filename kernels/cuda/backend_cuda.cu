@@ -1544,14 +1544,15 @@ class CudaBackend : public Backend {
     }
   }
   void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
-                bool repeat) override {
-    rope::forward({qkv.p, qkv.h}, {out.p, out.h}, mm_ == DType::BF16, B, T, H, K, D, f, repeat, cuda::stream());
+                bool repeat, const int32_t* pos, int64_t n_pos) override {
+    rope::forward({qkv.p, qkv.h}, {out.p, out.h}, mm_ == DType::BF16, B, T, H, K, D, f, repeat, pos, n_pos,
+                  cuda::stream());
   }
   void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
-                bool repeat) override {
+                bool repeat, const int32_t* pos, int64_t n_pos) override {
     if (dqkv)
-      rope::backward({dout.p, dout.h}, {dqkv.p, dqkv.h}, dqkv.acc, mm_ == DType::BF16, B, T, H, K, D, f, repeat,
-                     cuda::stream());
+      rope::backward({dout.p, dout.h}, {dqkv.p, dqkv.h}, dqkv.acc, mm_ == DType::BF16, B, T, H, K, D, f, repeat, pos,
+                     n_pos, cuda::stream());
   }
   bool has_flash_attention(const AttnDims& d) const override { return flash::supported(d); }
   void flash_attention_fwd(Src qkv, Dst out, float* lse, const AttnDims& d) override {

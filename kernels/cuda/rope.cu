@@ -1,7 +1,8 @@
 // Rotary position embeddings on the GPU: a [T, D/2] cos/sin table per call
 // (double-precision cos/sin of cpu::rope_angle over the op's frequencies,
 // passed by value, so the CPU op's bits), then
-// a block per token and a thread per feature pair of the output (forward) or of
+// a block per token (at position row % T, or that of the positions input: packed documents, decoding steps) and a
+// thread per feature pair of the output (forward) or of
 // the input (backward: a key/value head sums its H / K copies in head order, no
 // atomics); each side f32 or 16-bit storage (bf16/fp16 runs), computed in f32.
 #include <algorithm>
@@ -45,12 +46,19 @@ __device__ inline void st(Out a, bool bf, int64_t i, float v, bool acc) {
 // divisions a pair: 76 us a call at llama-336M's shape on an H100, ~6x its memory time).
 // Output heads: H q, then Ko k, then Ko v (Ko = H where the key/value heads are repeated rep = H / K times, else K
 // and rep = 1); output k/v head j reads input head j / rep.
-__global__ void k_forward(In qkv, Out out, bool bf, const float2* cs, int64_t rows, int T, int H, int K, int D,
-                          int rep) {
+// The table row of row r: its position pos[r] (clamped to the table's n rows), else r % T.
+__device__ inline int64_t table_row(const int32_t* pos, int64_t r, int T, int64_t n) {
+  if (!pos) return r % T;
+  const int64_t p = pos[r];
+  return p < 0 ? 0 : p >= n ? n - 1 : p;
+}
+
+__global__ void k_forward(In qkv, Out out, bool bf, const float2* cs, int64_t rows, int T, int H, int K, int D, int rep,
+                          const int32_t* pos, int64_t n) {
   const int half = D / 2, Ko = K * rep, pairs = (H + 2 * Ko) * half;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t x = r * (H + 2 * K) * D, y = r * (H + 2 * Ko) * D;
-    const float2* t = cs + (r % T) * half;
+    const float2* t = cs + table_row(pos, r, T, n) * half;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
       const int j = p / half, i = p - j * half;
       const int64_t o = y + int64_t{j} * D + i;
@@ -70,11 +78,11 @@ __global__ void k_forward(In qkv, Out out, bool bf, const float2* cs, int64_t ro
 }
 
 __global__ void k_backward(In dout, Out dqkv, bool acc, bool bf, const float2* cs, int64_t rows, int T, int H, int K,
-                           int D, int rep) {
+                           int D, int rep, const int32_t* pos, int64_t n) {
   const int half = D / 2, Ko = K * rep, W = H + 2 * K, pairs = W * half;
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const int64_t g = r * (H + 2 * Ko) * D;
-    const float2* t = cs + (r % T) * half;
+    const float2* t = cs + table_row(pos, r, T, n) * half;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
       const int j = p / half, i = p - j * half;
       const int64_t dst = r * W * D + int64_t{j} * D + i;
@@ -109,24 +117,26 @@ DevBuf<float2> table(int64_t T, int64_t D, const cpu::RopeFreqs& f, cudaStream_t
 }  // namespace
 
 void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
-             bool repeat, cudaStream_t stream) {
+             bool repeat, const int32_t* pos, int64_t n_pos, cudaStream_t stream) {
   if (B * T == 0) return;
   check_row(T, H, K, D);
-  const DevBuf<float2> t = table(T, D, f, stream);
+  const int64_t n = pos ? std::max<int64_t>(n_pos, 1) : T;
+  const DevBuf<float2> t = table(n, D, f, stream);
   k_forward<<<row_blocks(B * T), kTpb, 0, stream>>>(qkv, out, bf, t.p, B * T, static_cast<int>(T), static_cast<int>(H),
                                                     static_cast<int>(K), static_cast<int>(D),
-                                                    repeat ? static_cast<int>(H / K) : 1);
+                                                    repeat ? static_cast<int>(H / K) : 1, pos, n);
   ZR_CUDA(cudaGetLastError());
 }
 
 void backward(In dout, Out dqkv, bool acc, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-              const cpu::RopeFreqs& f, bool repeat, cudaStream_t stream) {
+              const cpu::RopeFreqs& f, bool repeat, const int32_t* pos, int64_t n_pos, cudaStream_t stream) {
   if (B * T == 0) return;
   check_row(T, H, K, D);
-  const DevBuf<float2> t = table(T, D, f, stream);
+  const int64_t n = pos ? std::max<int64_t>(n_pos, 1) : T;
+  const DevBuf<float2> t = table(n, D, f, stream);
   k_backward<<<row_blocks(B * T), kTpb, 0, stream>>>(dout, dqkv, acc && dqkv.f, bf, t.p, B * T, static_cast<int>(T),
                                                      static_cast<int>(H), static_cast<int>(K), static_cast<int>(D),
-                                                     repeat ? static_cast<int>(H / K) : 1);
+                                                     repeat ? static_cast<int>(H / K) : 1, pos, n);
   ZR_CUDA(cudaGetLastError());
 }
 }  // namespace zerorun::kernels::rope

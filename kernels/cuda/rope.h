@@ -18,10 +18,11 @@ struct Out {
   uint16_t* h;
 };
 // qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D] (key/value heads repeated H / K times) or, !repeat, the same layout:
-// q and k rotated.
+// q and k rotated. pos [B, T] in device memory (null: row r is at position r % T): each row's position, clamped to
+// [0, n_pos).
 void forward(In qkv, Out out, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
-             bool repeat, cudaStream_t stream);
+             bool repeat, const int32_t* pos, int64_t n_pos, cudaStream_t stream);
 // dqkv = (acc ? dqkv : 0) + the gradient of dout through forward (a 16-bit dqkv is always overwritten).
 void backward(In dout, Out dqkv, bool acc, bool bf, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-              const cpu::RopeFreqs& f, bool repeat, cudaStream_t stream);
+              const cpu::RopeFreqs& f, bool repeat, const int32_t* pos, int64_t n_pos, cudaStream_t stream);
 }  // namespace zerorun::kernels::rope

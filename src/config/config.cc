@@ -455,7 +455,7 @@ void parse_zero(Reader r, Config& c) {
 
 void parse_train(Reader r, Config& c) {
   r.keys({"steps", "data", "save_dir", "save_interval", "eval_interval", "eval_data", "eval_batches", "seed", "log_dir",
-          "seq_len"});
+          "seq_len", "packing"});
   TrainConfig& t = c.train;
   t.steps = r.integer("steps", 0);
   t.data = r.str("data", "");
@@ -467,6 +467,7 @@ void parse_train(Reader r, Config& c) {
   t.seed = static_cast<uint64_t>(r.integer("seed", 1234));
   t.log_dir = r.str("log_dir", "");
   t.seq_len = r.integer("seq_len", 0);
+  t.packing = r.boolean("packing", true);
   const std::pair<const char*, int64_t> counts[] = {{"steps", t.steps},
                                                     {"save_interval", t.save_interval},
                                                     {"eval_interval", t.eval_interval},

@@ -235,27 +235,36 @@ bool zerorun_shard_has_mask(const std::string& path) {
 }
 }  // namespace
 
-std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed) {
+std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Model& m, int64_t seq_len, uint64_t seed,
+                                             bool packing) {
   const Graph& g = m.graph;
   auto has_input = [&](const char* n, DType dt) {
     for (auto& in : g.inputs)
       if (in.name == n && in.dtype == dt) return true;
     return false;
   };
-  bool token_model = has_input("tokens", DType::I32) && has_input("targets", DType::I32) && g.inputs.size() == 2;
+  const bool positions = has_input("positions", DType::I32);  // the optional per-document positions (builders.cc)
+  bool token_model =
+      has_input("tokens", DType::I32) && has_input("targets", DType::I32) && g.inputs.size() == (positions ? 3u : 2u);
   bool regression = has_input("x", DType::F32) && has_input("y", DType::F32) && g.inputs.size() == 2;
   if (token_model) {
     int64_t V = 0;
+    int32_t pad = 0;
     for (auto& n : g.nodes)
-      if (n.op == "embedding" && n.in[0] == "tokens" && !n.attrs.value("position", false))
+      if (n.op == "embedding" && n.in[0] == "tokens" && !n.attrs.value("position", false)) {
         V = m.tensors.at(n.params.at("weight")).dim(0);
+        pad = n.attrs.value("padding_idx", 0);
+      }
     ZR_CHECK(V > 0, "model has a 'tokens' input but no token embedding");
     if (spec.empty() || spec == "synthetic") return std::make_unique<SyntheticTokens>(seq_len, V, seed);
     std::vector<std::string> files;
     auto toks = load_token_files(spec, &files);
-    // Shards with a loss mask (zerorun prepare's): targets the mask leaves out are -100, which the loss ignores.
-    for (const std::string& f : files)
-      if (zerorun_shard_has_mask(f)) return make_masked_token_source(spec, seq_len, V);
+    // Shards with a loss mask or documents (zerorun prepare's): targets the mask leaves out are -100, which the loss
+    // ignores; documents packed with per-document attention and positions, or one a sequence, padded.
+    bool documents = !packing;
+    for (const std::string& f : files) documents = documents || zerorun_shard_has_mask(f);
+    if (documents && !packing) return make_padded_document_source(spec, seq_len, V, pad);
+    if (documents) return make_masked_token_source(spec, seq_len, V, -100, positions);
     std::string desc = files.size() == 1 ? files[0] : std::to_string(files.size()) + " files matching " + spec;
     return std::make_unique<TokenWindows>(std::move(toks), seq_len, V, desc);
   }

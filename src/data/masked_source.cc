@@ -11,8 +11,8 @@ namespace {
 
 class MaskedTokenWindows : public DataSource {
  public:
-  MaskedTokenWindows(TokenShard s, int64_t T, int64_t vocab, int32_t ignore, std::string desc)
-      : s_(std::move(s)), T_(T), ignore_(ignore), desc_(std::move(desc)) {
+  MaskedTokenWindows(TokenShard s, int64_t T, int64_t vocab, int32_t ignore, std::string desc, bool per_doc)
+      : s_(std::move(s)), T_(T), ignore_(ignore), desc_(std::move(desc)), per_doc_(per_doc) {
     ZR_CHECK(static_cast<int64_t>(s_.tokens.size()) >= T + 1, desc_, ": ", s_.tokens.size(),
              " tokens is fewer than one sequence of ", T + 1);
     for (size_t i = 0; i < s_.tokens.size(); ++i)
@@ -25,9 +25,11 @@ class MaskedTokenWindows : public DataSource {
            p = Tensor::empty({count, T_}, DType::I32);
     for (int64_t b = 0; b < count; ++b) {
       const int64_t w = (first + b) % windows_, base = w * T_;
-      // The document holding the window's first token.
+      // The next document start after the window's first token. A document begun in an earlier window counts from
+      // this window's start (position 0), as a window cut from unmarked text does: positions stay below T (a learned
+      // position table of n_ctx rows holds them) and the earlier tokens are not in this window to attend to.
       auto it = std::upper_bound(s_.doc_starts.begin(), s_.doc_starts.end(), base);
-      int64_t doc_start = *(it - 1);
+      int64_t doc_start = base;
       for (int64_t t = 0; t < T_; ++t) {
         const int64_t i = base + t;
         while (it != s_.doc_starts.end() && *it <= i) doc_start = *it++;
@@ -44,7 +46,10 @@ class MaskedTokenWindows : public DataSource {
   bool may_ignore_targets() const override { return true; }
   std::string describe() const override {
     return desc_ + " (" + std::to_string(s_.tokens.size()) + " tokens, " + std::to_string(s_.doc_starts.size() - 1) +
-           " documents, " + std::to_string(windows_) + " sequences of " + std::to_string(T_) + ")";
+           " documents packed into " + std::to_string(windows_) + " sequences of " + std::to_string(T_) +
+           (per_doc_ ? ", attention and positions per document)"
+                     : "; attention crosses documents: the model's graph has no 'positions' input, re-create it with "
+                       "zerorun init or import)");
   }
   uint64_t fingerprint() const override {
     uint64_t h = fnv1a(&T_, sizeof T_);
@@ -63,6 +68,7 @@ class MaskedTokenWindows : public DataSource {
   int64_t T_, windows_ = 0;
   int32_t ignore_;
   std::string desc_;
+  bool per_doc_;
 };
 
 class PaddedDocuments : public DataSource {
@@ -124,11 +130,11 @@ std::unique_ptr<DataSource> make_padded_document_source(const std::string& spec,
 }
 
 std::unique_ptr<DataSource> make_masked_token_source(const std::string& spec, int64_t seq_len, int64_t vocab,
-                                                     int32_t ignore_index) {
+                                                     int32_t ignore_index, bool per_document) {
   std::vector<std::string> files;
   TokenShard s = load_token_shards(spec, &files);
   const std::string desc = files.size() == 1 ? files[0] : std::to_string(files.size()) + " files matching " + spec;
-  return std::make_unique<MaskedTokenWindows>(std::move(s), seq_len, vocab, ignore_index, desc);
+  return std::make_unique<MaskedTokenWindows>(std::move(s), seq_len, vocab, ignore_index, desc, per_document);
 }
 
 }  // namespace zerorun

@@ -161,13 +161,13 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   std::unique_ptr<DataSource> data, eval_data;  // `zerorun eval` reads no training data
   std::vector<Fingerprint> data_prints;
   if (!o.eval_only) {
-    data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed);
+    data = make_data_source(cfg.train.data, model, engine.seq_len(), cfg.train.seed, cfg.train.packing);
     data_prints.push_back({"the data (" + data->describe() + ")", data->fingerprint()});
   }
   ZR_CHECK(cfg.train.eval_interval == 0 || !cfg.train.eval_data.empty(), o.config_path,
            ": 'train.eval_interval' needs held-out data: set 'train.eval_data' or pass --eval_data");
   if (!cfg.train.eval_data.empty()) {
-    eval_data = make_data_source(cfg.train.eval_data, model, engine.seq_len(), cfg.train.seed + 1);
+    eval_data = make_data_source(cfg.train.eval_data, model, engine.seq_len(), cfg.train.seed + 1, cfg.train.packing);
     data_prints.push_back({"the eval data (" + eval_data->describe() + ")", eval_data->fingerprint()});
   }
   require_same_on_all_ranks(comm, data_prints);

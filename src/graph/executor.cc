@@ -229,6 +229,10 @@ Tensor Executor::forward_async(const std::map<std::string, Tensor>& inputs) {
   loss_grad_t_ = Tensor();
   for (auto& in : g_.inputs) {
     auto it = inputs.find(in.name);
+    if (it == inputs.end() && in.optional) {  // left out: the ops reading it see an undefined tensor
+      values_[value_id_[in.name]] = Tensor();
+      continue;
+    }
     ZR_CHECK(it != inputs.end(), "forward: graph input '", in.name, "' was not given");
     ZR_CHECK(it->second.dtype() == in.dtype, "forward: input '", in.name, "' must be ", dtype_name(in.dtype));
     values_[value_id_[in.name]] = it->second;
@@ -310,6 +314,11 @@ void Executor::backward(float loss_grad) {
           continue;
         }
         bool acc = true;
+        if (!values_[v].defined()) {  // an optional graph input left out: no gradient
+          c.din.emplace_back();
+          c.din_acc.push_back(true);
+          continue;
+        }
         if (!gv.defined() && values_[v].dtype() != DType::I32) {
           // The first gradient written into a value needs no zero-fill when the op overwrites it, unless
           // the value is this node's input twice (both writes would then have to be ordered).

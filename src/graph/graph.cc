@@ -52,6 +52,10 @@ Graph Graph::from_json(const json& j) {
         ZR_FAIL("input '", in.name,
                 "' has a dimension that is neither a number in [1, 16777216] nor a symbol: ", d.dump());
     }
+    if (ij.contains("optional")) {
+      ZR_CHECK(ij["optional"].is_boolean(), "input '", in.name, "' 'optional' must be true or false");
+      in.optional = ij["optional"].get<bool>();
+    }
     g.inputs.push_back(in);
   }
   g.blocks = str_list(j["blocks"], "graph 'blocks'");
@@ -102,7 +106,9 @@ json Graph::to_json() const {
       else
         shape.push_back(d);
     }
-    j["inputs"].push_back({{"name", in.name}, {"dtype", dtype_safetensors_name(in.dtype)}, {"shape", shape}});
+    json ij = {{"name", in.name}, {"dtype", dtype_safetensors_name(in.dtype)}, {"shape", shape}};
+    if (in.optional) ij["optional"] = true;
+    j["inputs"].push_back(ij);
   }
   j["blocks"] = blocks;
   j["nodes"] = json::array();

@@ -59,16 +59,19 @@ class Builder {
     return node("layernorm", {x}, name, {{"weight", name + ".weight"}, {"bias", name + ".bias"}}, {{"eps", 1e-5}});
   }
   // Token-model inputs and the "embed" block: the token table, plus a learned position table unless pos is ""
-  // (rotary models: positions enter in the attention blocks).
+  // (rotary models: positions enter in the attention blocks). The optional input "positions" (each token's position
+  // in its document, given by data sources that pack documents) goes to the position table, rope and attention.
   std::string token_embed(const std::string& tok, const std::string& pos, int64_t V, int64_t T, int64_t C, double std) {
-    m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}}, {"targets", DType::I32, {"B", "T"}}};
+    m.graph.inputs = {{"tokens", DType::I32, {"B", "T"}},
+                      {"targets", DType::I32, {"B", "T"}},
+                      {"positions", DType::I32, {"B", "T"}, true}};
     block = "embed";
     m.graph.blocks.push_back("embed");
     normal(tok, {V, C}, std);
     if (pos.empty()) return node("embedding", {"tokens"}, "x.0", {{"weight", tok}});
     normal(pos, {T, C}, std);
     node("embedding", {"tokens"}, "tok_emb", {{"weight", tok}});
-    node("embedding", {"tokens"}, "pos_emb", {{"weight", pos}}, {{"position", true}});
+    node("embedding", {"tokens", "positions"}, "pos_emb", {{"weight", pos}}, {{"position", true}});
     return node("add", {"tok_emb", "pos_emb"}, "x.0");
   }
   Model done() {
@@ -134,7 +137,7 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
     b.m.graph.blocks.push_back(p);
     std::string h = b.layernorm(x, p + ".ln_1", C);
     h = b.linear(h, p + ".attn.c_attn", C, 3 * C, std);
-    h = b.node("attention", {h}, p + ".attn.out", {}, {{"n_head", s.n_head}});
+    h = b.node("attention", {h, "positions"}, p + ".attn.out", {}, {{"n_head", s.n_head}});
     h = b.linear(h, p + ".attn.c_proj", C, C, proj_std);
     x = b.node("add", {x, h}, p + ".res1");
     h = b.layernorm(x, p + ".ln_2", C);
@@ -225,13 +228,13 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
         ra["max_position_embeddings"] = s.n_ctx;
       }
     }
-    h = b.node("rope", {h}, p + ".self_attn.rope", {}, ra);
+    h = b.node("rope", {h, "positions"}, p + ".self_attn.rope", {}, ra);
     json aa = {{"n_head", H}};
     if (K != H) aa["n_kv_head"] = K;
     if (s.attn_scale > 0) aa["scale"] = s.attn_scale;
     if (slide) aa["window"] = s.window;
     if (s.attn_softcap > 0) aa["softcap"] = s.attn_softcap;
-    h = b.node("attention", {h}, p + ".self_attn.out", {}, aa);
+    h = b.node("attention", {h, "positions"}, p + ".self_attn.out", {}, aa);
     h = b.linear(h, p + ".self_attn.o_proj", H * D, C, proj_std, s.o_bias);
     if (post || sandwich) h = rms(h, p + ".post_attention_layernorm");
     x = b.node("add", {x, h}, p + ".res1");

@@ -4,6 +4,9 @@
 // in place; scale (default 1/sqrt(D)) multiplies q.k; window (default 0 = none): query t sees key s iff s <= t and
 // t - s < window (transformers' sliding_window); softcap (default 0 = none): the score is
 // softcap * tanh(scale q.k / softcap) before the mask and the softmax (Gemma 2).
+// An optional second input, positions [B, T] i32 (the graph's optional "positions" input: each token's position in
+// its document, 0 where a document starts), restricts attention to each document of packed sequences: query t sees
+// no key before t - positions[b, t]. Left out (undefined), every row is one document.
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -44,18 +47,29 @@ AttnDims dims_of(const Node& n, const Shape& s) {
   return d;
 }
 
+// The node's sizes with the positions input where given (checked on the CPU: each in [0, t]).
+AttnDims dims_with_positions(const NodeCtx& c) {
+  AttnDims d = dims_of(*c.node, c.in[0].shape());
+  if (c.in.size() > 1 && c.in[1].defined()) {
+    d.pos = c.in[1].i32();
+    if (c.in[1].device().is_cpu()) check_position_values(d.pos, d.B, d.T);
+  }
+  return d;
+}
+
 class Attention : public Op {
  public:
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
-    expect_inputs(in, 1);
+    ZR_CHECK(in.size() == 1 || in.size() == 2, "expects qkv and optionally positions, got ", in.size(), " inputs");
     expect_f32(in[0], "qkv");
     const AttnDims d = dims_of(n, in[0].shape);
+    if (in.size() == 2) check_positions(in[1], d.B, d.T);
     return {{{d.B, d.T, d.out_width()}, DType::F32}};
   }
   void forward(NodeCtx& c) const override {
     const Tensor& qkv = c.in[0];
-    const AttnDims d = dims_of(*c.node, qkv.shape());
+    const AttnDims d = dims_with_positions(c);
     const Shape os{d.B, d.T, d.out_width()};
     if (be(c).has_flash_attention(d)) {  // saves only the log-sum-exp per row
       // The output in 16 bits when its consumers asked and the kernels write it so.
@@ -83,7 +97,7 @@ class Attention : public Op {
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     const Tensor& qkv = c.in[0];
-    const AttnDims d = dims_of(*c.node, qkv.shape());
+    const AttnDims d = dims_with_positions(c);
     if (be(c).has_flash_attention(d)) {
       be(c).flash_attention_bwd(src_of(qkv), src_of(c.out[0]), (*c.saved)[0].f32(), src_of(c.dout[0]), grad_of(c, 0),
                                 d);

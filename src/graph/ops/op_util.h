@@ -126,6 +126,20 @@ inline void check_ids(const NodeCtx& c, const int32_t* id, int64_t N, int64_t V,
   }
 }
 
+// The optional positions input of attention, rope and the positional embedding: i32 [B, T] (graph.h InputSpec).
+inline void check_positions(const ValueInfo& v, int64_t B, int64_t T) {
+  ZR_CHECK(v.dtype == DType::I32 && v.shape == Shape({B, T}), "positions must be i32 [", B, ", ", T, "], got ",
+           dtype_name(v.dtype), " ", shape_str(v.shape));
+}
+// Host positions: each token's position in its document, in [0, t] at index t of its row (the document starts at
+// t - pos, inside the row).
+inline void check_position_values(const int32_t* pos, int64_t B, int64_t T) {
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      ZR_CHECK(pos[b * T + t] >= 0 && pos[b * T + t] <= t, "positions[", b, ", ", t, "] = ", pos[b * T + t],
+               " is outside [0, ", t, "] (a token's position in its document, which starts inside the row)");
+}
+
 std::unique_ptr<Op> make_linear();
 std::unique_ptr<Op> make_matmul();
 std::unique_ptr<Op> make_add();

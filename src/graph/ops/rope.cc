@@ -4,7 +4,10 @@
 // [B, T, 3 H D] with the K key/value heads of grouped-query attention repeated
 // H / K times (repeat_kv, the default of older graphs), or the input's layout
 // for attention that reads grouped heads in place. Saves nothing; 16-bit
-// storage on either side where the backend has it.
+// storage on either side where the backend has it. An optional second input,
+// positions [B, T] i32 (the graph's optional "positions" input), gives each
+// token's position (restarting at 0 in each packed document); left out
+// (undefined), token t of a row is at position t.
 #include <algorithm>
 
 #include "op_util.h"
@@ -135,14 +138,18 @@ kernels::cpu::RopeFreqs rope_freqs(const Node& n, int64_t D, int64_t T) {
 namespace {
 // 16-bit storage on either side (bf16/fp16 runs on CUDA): rope saves nothing, so its input and output can both
 // stay in the matmul dtype between the qkv projection and attention.
+// The positions input where given (each in [0, T): training's documents start inside the row), else null.
+const int32_t* positions(const NodeCtx& c) { return c.in.size() > 1 && c.in[1].defined() ? c.in[1].i32() : nullptr; }
+
 class Rope : public Op16 {
  public:
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
-    expect_inputs(in, 1);
+    ZR_CHECK(in.size() == 1 || in.size() == 2, "expects qkv and optionally positions, got ", in.size(), " inputs");
     expect_f32(in[0], "qkv");
     const Shape& s = in[0].shape;
     ZR_CHECK(s.size() == 3, "qkv must be [B, T, (n_head + 2 n_kv_head) x head size], got ", shape_str(s));
+    if (in.size() == 2) check_positions(in[1], s[0], s[1]);
     RopeDims d = dims_of(n, s[2]);
     rope_freqs(n, d.D, 1);  // the attributes, checked once at load
     return {{{s[0], s[1], d.repeat ? 3 * d.H * d.D : s[2]}, DType::F32}};
@@ -153,7 +160,7 @@ class Rope : public Op16 {
     const Shape os{qkv.dim(0), qkv.dim(1), d.repeat ? 3 * d.H * d.D : qkv.dim(2)};
     Tensor y = want16(c, 0) ? new_out16(c, os) : new_out(os, device_of(c));
     be(c).rope_fwd(src_of(qkv), dst_of(y), qkv.dim(0), qkv.dim(1), d.H, d.K, d.D, rope_freqs(*c.node, d.D, qkv.dim(1)),
-                   d.repeat);
+                   d.repeat, positions(c), qkv.dim(1));
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
@@ -162,7 +169,7 @@ class Rope : public Op16 {
     const Tensor& qkv = c.in[0];
     RopeDims d = dims_of(*c.node, qkv.dim(2));
     be(c).rope_bwd(src_of(c.dout[0]), grad_of(c, 0), qkv.dim(0), qkv.dim(1), d.H, d.K, d.D,
-                   rope_freqs(*c.node, d.D, qkv.dim(1)), d.repeat);
+                   rope_freqs(*c.node, d.D, qkv.dim(1)), d.repeat, positions(c), qkv.dim(1));
   }
 };
 }  // namespace
