@@ -154,6 +154,10 @@ class Backend {
   virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, const AttnDims& d) = 0;
   // Rotary embeddings (cpu::rope_fwd's layouts): qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D] with the key/value
   // heads repeated, or the same layout as qkv (!repeat); the backward writes or adds (Grad) dqkv. Each side f32,
+  // cpu::attention_cached: new tokens' keys and values appended to a cache [K, cap, D] (this backend's memory) and
+  // their attention over it (incremental decoding).
+  virtual void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len,
+                                int64_t cap) = 0;
   // or 16-bit where activations16(). pos [B, T] (the device's memory; null: row r is at position r % T): each
   // row's position, in [0, n_pos) (the CUDA kernels clamp one outside; the CPU's is an error).
   virtual void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,

@@ -134,6 +134,10 @@ class CpuBackend : public Backend {
     cpu::attention_bwd(qkv, probs, dout, acc_ptr(dqkv, d.B * d.T * d.width()), d);
   }
   bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
+  void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len,
+                        int64_t cap) override {
+    cpu::attention_cached(qkv, kc, vc, out, d, len, cap);
+  }
     for (int64_t i = 0; i < n; ++i)
       if (ids[i] < 0 || ids[i] >= V) return false;
     return true;

@@ -147,6 +147,11 @@ double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse
 // dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
 void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, float dloss, float* dlogits,
                        int64_t N, int64_t V);
+// Incremental decoding (src/infer): the d.T new tokens of one sequence (d.B = 1; qkv [T, (H + 2K) D] after rope)
+// attend over a key/value cache kc, vc [K, cap, D] holding the `len` tokens before them. Their keys and values are
+// written to rows len .. len + T - 1 first; query i, at position len + i, then sees keys len + i - window + 1 (0
+// without a window) .. len + i, as attention_fwd computes it (scale, softcap); out [T, H D]. d.pos is not read.
+void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len, int64_t cap);
 double mse_fwd(const float* pred, const float* target, int64_t n);
 void mse_bwd(const float* pred, const float* target, float dloss, float* dpred, int64_t n);
 

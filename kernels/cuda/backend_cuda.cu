@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention_cached.h"
 #include "cuda_check.h"
 #include "device_util.h"
 #include "flash_attention.h"
@@ -1564,6 +1565,10 @@ class CudaBackend : public Backend {
     }
     DevBuf<float> qf = widened(qkv, n3), of = out.h ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
     flash::forward(qkv.h ? qf.p : qkv.p, out.h ? of.p : out.p, lse, d);
+  void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len,
+                        int64_t cap) override {
+    cached::forward(qkv, kc, vc, out, d, len, cap, cuda::stream());
+  }
     if (out.h) round16(of.p, out.h, n);
   }
   void flash_attention_bwd(Src qkv, Src out, const float* lse, Src dout, Grad dqkv, const AttnDims& d) override {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "crash_handler.h"
+#include "sample_cmd.h"
 #include "zerorun/build_info.h"
 #include "zerorun/config.h"
 #include "zerorun/cuda_rt.h"
@@ -327,6 +328,9 @@ int main(int argc, char** argv) {
         launch::apply_host_threads();  // this host's cores / its ranks, unless OMP_NUM_THREADS is given
         comm = make_train_comm(run);
         return run_training(run, *comm);
+  SampleOptions sample;
+  auto* sample_cmd = add_sample_command(app, sample);
+
       } catch (const Error& e) {
         // One rank's error ends the whole job: the others may be waiting in a collective (or in MPI's
         // finalise) for it, so exiting alone would leave them hanging. Before the communicator exists
@@ -468,6 +472,7 @@ int main(int argc, char** argv) {
       std::string save_dir = launch.save_dir.value_or("");
       if (save_dir.empty()) try {
           save_dir = load_config(launch.config_path).train.save_dir;
+    if (*sample_cmd) return run_sample(sample);
         } catch (const Error&) {  // the ranks report a bad config
         }
       return launch::supervise(argv_s, save_dir);
