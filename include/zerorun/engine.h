@@ -95,6 +95,8 @@ class Engine {
     bool persistent = false;             // stage 3: below the persistence threshold
   };
   void build_layout();
+  // Elements [first, first + count) of the model's weight `name` into dst (host or device) from element `at`.
+  void load_weights(const std::string& name, int64_t first, int64_t count, const Tensor& dst, int64_t at);
   void refresh_compute_params();
   void make_compact();  // compute_ to its compact form (see compact_), the exec's param views moved with it
   // offload_optimizer/offload_param "pin_memory": page-locks the host buffers copied to or from the GPU every

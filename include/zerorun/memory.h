@@ -23,6 +23,9 @@ struct MemStats {
 MemStats mem_stats(bool device = false);
 void mem_reset_peaks();
 void mem_record(MemCategory c, int64_t delta_bytes, bool device = false);
+// Host buffers of 1 MiB and more come from the system and go back to it when freed (glibc: a fixed mmap
+// threshold), so buffers freed every step do not stay resident; called by the Engine before it allocates.
+void return_large_host_blocks();
 
 enum class DeviceKind : uint8_t { CPU, CUDA };
 struct Device {

@@ -3,6 +3,7 @@
 // builders create fresh models for the known architectures.
 #pragma once
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,20 +11,37 @@
 
 namespace zerorun {
 
+struct SafetensorsFile;
+
 struct Model {
   Graph graph;
   std::vector<std::string> tensor_names;   // in graph first-use order
-  std::map<std::string, Tensor> tensors;   // f32 copies
+  std::map<std::string, Tensor> tensors;   // f32 copies in memory (builders, import, load_model); empty when opened
+  std::map<std::string, Shape> shapes;     // every parameter's shape (finalize_model fills it)
   std::map<std::string, int64_t> symbols;  // default bindings of input symbols (e.g. T)
   std::string graph_hash;                  // crc32 of the canonical graph JSON, hex
+  // open_model: the model.bin the weights are read from, range by range (read_f32), never all at once.
+  std::shared_ptr<const SafetensorsFile> file;
+  DType dtype = DType::F32;  // what save_model writes: f32, bf16 or f16 (init --dtype; import: the checkpoint's)
   int64_t num_params() const;
-  std::map<std::string, Shape> param_shapes() const;
+  std::map<std::string, Shape> param_shapes() const { return shapes; }
+  const Shape& shape(const std::string& name) const;
+  int64_t numel(const std::string& name) const { return shape_numel(shape(name)); }
+  // Elements [first, first + count) of a parameter as f32, from memory or from the opened file (16-bit weights
+  // widened); a NaN or Inf is an error naming the file, the tensor and the element.
+  void read_f32(const std::string& name, int64_t first, int64_t count, float* dst) const;
 };
 
+// The whole model in memory as f32 (tools and tests; training opens it instead).
 Model load_model(const std::string& path);
+// The header and graph only: shapes known, weights read on demand by Model::read_f32 (each rank reads the
+// ranges it owns, so no rank holds the whole model).
+Model open_model(const std::string& path);
 // Training FLOPs per token (or per sample for models without tokens): 6 x parameters, plus 6·L·C·T attention for
 // the gpt2 and llama architectures (src/model/flops.cc).
 double train_flops_per_token(const Model& m, int64_t T);
+// Writes the weights in m.dtype (f32, bf16 or f16; rounded to nearest even); an opened model is copied tensor by
+// tensor. A value the dtype cannot hold (f16 past 65504) is an error naming the tensor.
 void save_model(const std::string& path, const Model& m);
 // Fills symbols/graph_hash/tensor_names from graph+tensors and validates.
 void finalize_model(Model& m);
@@ -72,12 +90,13 @@ struct LlamaSpec {
   json hf_config;                 // the imported config.json (merge writes it back with what training changed)
   int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };
-Model build_mlp(const MlpSpec& s, uint64_t seed);
-Model build_gpt2(const Gpt2Spec& s, uint64_t seed);
+// shapes_only: the graph and the parameters' shapes, no weights (zerorun estimate of a model of any size).
+Model build_mlp(const MlpSpec& s, uint64_t seed, bool shapes_only = false);
+Model build_gpt2(const Gpt2Spec& s, uint64_t seed, bool shapes_only = false);
 // A transformers GPT-2 checkpoint directory (config.json + model.safetensors or its sharded index) as a zerorun
 // gpt2 model (src/model/hf_import.cc); `notes` receives what was left out (tensors that are not weights).
 Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes = nullptr, bool no_dropout = false);
-Model build_llama(const LlamaSpec& s, uint64_t seed);
+Model build_llama(const LlamaSpec& s, uint64_t seed, bool shapes_only = false);
 // A transformers Llama checkpoint directory (model_type "llama") as a zerorun llama model: "model." names dropped,
 // q_proj/k_proj/v_proj stacked into self_attn.qkv_proj; unsupported config (rope_scaling, biases, head_dim other
 // than hidden_size / num_attention_heads, activation) is an error naming the key.

@@ -17,7 +17,7 @@ constexpr uint64_t kFnvOffset = 1469598103934665603ull;
 uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset);
 
 // Tensor names, shapes, the graph hash, and every 997th element of each tensor (an init with another seed, or
-// trained weights, differ in all of them).
+// trained weights, differ in all of them); of an opened model.bin, its header and 64 pieces of each tensor's bytes.
 uint64_t model_fingerprint(const Model& m);
 
 struct Fingerprint {

@@ -37,6 +37,9 @@ Tensor read_safetensors_f32(const SafetensorsFile& f, const SafetensorsEntry& e,
 // Reads `count` elements starting at element `first` of a tensor (streaming).
 void read_safetensors_range(const SafetensorsFile& f, const SafetensorsEntry& e, int64_t first, int64_t count,
                             void* dst);
+// The same range of an F32, BF16 or F16 tensor as f32 (16-bit values widened in place in dst).
+void read_safetensors_f32_range(const SafetensorsFile& f, const SafetensorsEntry& e, int64_t first, int64_t count,
+                                float* dst);
 
 struct SafetensorsWriteItem {
   std::string name;

@@ -55,6 +55,22 @@ struct Plan {
 // group ids that are not 0..G-1 in first-appearance order.
 Plan plan(const std::vector<ParamInput>& params, int world, int64_t align);
 
+// The engine's buckets (src/zero/layout.cc): consecutive parameters of one block, in first-use order, up to
+// `bucket` elements each (a larger parameter is a bucket of its own); each bucket is one plan group.
+struct ParamUse {
+  int block = 0;  // index of the graph block of the node that uses it (non-decreasing in node order)
+  std::string name;
+  int64_t numel = 0;
+};
+struct BucketLayout {
+  std::vector<ParamInput> params;              // each parameter once, with its group: plan()'s input
+  std::vector<std::vector<int>> block_groups;  // groups each block uses, ascending
+  std::vector<int> ready_block;                // group -> the first block using it: its grads are complete after
+                                               // that block's backward (-1: no block uses it)
+  int num_groups() const { return static_cast<int>(ready_block.size()); }
+};
+BucketLayout bucket_layout(const std::vector<ParamUse>& uses, int num_blocks, int64_t bucket);
+
 // Model-state bytes per rank that the engine allocates for P parameters (padding and the stage-3 persistent
 // parameters aside), split by where they live. An Adam-family optimizer (two moments); `mixed`: 16-bit compute
 // with an fp32 master; `gpu`: a CUDA run, whose 16-bit runs also keep the compute weights in 16 bits at

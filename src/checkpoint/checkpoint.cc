@@ -312,7 +312,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
         zero::Range rg = ckpt_range(static_cast<int>(p), rr);
         if (!rg.empty()) slices.push_back({{"rank", rr}, {"begin", rg.begin}, {"end", rg.end}});
       }
-      params[s.name] = {{"shape", model_.tensors.at(s.name).shape()}, {"numel", s.numel}, {"slices", slices}};
+      params[s.name] = {{"shape", model_.shape(s.name)}, {"numel", s.numel}, {"slices", slices}};
     }
     m["params"] = params;
     json files = json::object();

@@ -16,6 +16,8 @@
 #include "zerorun/cuda_rt.h"
 #include "zerorun/data.h"
 #include "zerorun/error.h"
+#include "zerorun/estimate.h"
+#include "zerorun/fsutil.h"
 #include "zerorun/hf_arch.h"
 #include "zerorun/launch.h"
 #include "zerorun/merge.h"
@@ -71,7 +73,7 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
 }
 
 int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, const MlpSpec& mlp, const Gpt2Spec& gpt,
-             const LlamaSpec& llama) {
+             const LlamaSpec& llama, DType dtype) {
   Model m;
   if (arch == "mlp")
     m = build_mlp(mlp, seed);
@@ -81,40 +83,52 @@ int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, con
     m = build_llama(llama, seed);
   else
     ZR_FAIL("--arch must be mlp, gpt2 or llama, got '", arch, "'");
+  m.dtype = dtype;
   save_model(out, m);
   std::printf("wrote %s: %s, %lld parameters in %zu tensors, graph %s\n", out.c_str(), arch.c_str(),
               static_cast<long long>(m.num_params()), m.tensors.size(), m.graph_hash.c_str());
   return 0;
 }
 
-int cmd_estimate(const std::string& model_path, int world, const std::string& precision, const std::string& device) {
-  Model m = load_model(model_path);
-  const double P = static_cast<double>(m.num_params());
-  const bool mixed = precision != "fp32";
-  ZR_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16", "--precision must be fp32, bf16 or fp16");
-  ZR_CHECK(device == "cuda" || device == "cpu", "--device must be cuda or cpu, got '", device, "'");
-  ZR_CHECK(world >= 1, "--num_gpus must be >= 1");
-  const bool gpu = device == "cuda";
-  double f32_read = 0;  // parameters some op reads in f32 (16-bit GPU runs keep f32 copies of those only)
-  for (const std::string& p : m.graph.params_read_f32()) f32_read += static_cast<double>(m.tensors.at(p).numel());
-  auto mib = [](double b) { return b / 1048576; };
-  std::printf(
-      "%s: %.0f parameters, %s on %s, %d rank(s); model states per rank as zerorun allocates them\n"
-      "(AdamW; activations not included)\n",
-      model_path.c_str(), P, precision.c_str(), device.c_str(), world);
-  std::printf("%-8s %12s %12s %12s %12s   %s\n", "stage", "params", "grads", "optimizer", "total",
-              gpu ? "offload_optimizer (+ offload_param at stage 3)" : "");
-  for (int st = 0; st <= 3; ++st) {
-    const zero::StateEstimate e = zero::estimate_model_states(P, st, world, mixed, gpu, false, false, f32_read);
-    std::printf("ZeRO-%-3d %9.1fMiB %9.1fMiB %9.1fMiB %9.1fMiB", st, mib(e.params), mib(e.grads), mib(e.optimizer),
-                mib(e.params + e.grads + e.optimizer));
-    if (gpu && st >= 1) {
-      const zero::StateEstimate o = zero::estimate_model_states(P, st, world, mixed, gpu, true, st == 3, f32_read);
-      std::printf("   device %.1fMiB + host %.1fMiB", mib(o.device), mib(o.host));
+// The model `zerorun estimate` sizes, without weights: a model.bin's header, a transformers config.json (or the
+// directory holding it), or --arch with the size flags as init takes them.
+Model estimate_model(const std::string& source, const std::string& arch, const Gpt2Spec& gpt, LlamaSpec llama,
+                     bool tied, const CLI::App& cmd) {
+  ZR_CHECK(source.empty() != arch.empty(), "zerorun estimate: give a model.bin, a config.json (or its directory), or ",
+           "--arch with size flags (one of them)");
+  if (!source.empty()) {
+    std::string cfg_path = source;
+    if (is_directory(source)) cfg_path = source + "/config.json";
+    if (cfg_path.size() < 5 || cfg_path.substr(cfg_path.size() - 5) != ".json") return open_model(source);
+    const json cfg = load_json_file_strict(cfg_path);
+    ZR_CHECK(cfg.is_object(), cfg_path, ": must be a JSON object");
+    const std::string mt = cfg.value("model_type", std::string());
+    if (mt == "gpt2") {
+      Gpt2Spec g;
+      g.vocab = cfg.value("vocab_size", g.vocab);
+      g.n_ctx = cfg.value("n_positions", g.n_ctx);
+      g.n_embd = cfg.value("n_embd", g.n_embd);
+      g.n_layer = cfg.value("n_layer", g.n_layer);
+      g.n_head = cfg.value("n_head", g.n_head);
+      g.tied = cfg.value("tie_word_embeddings", true);
+      return build_gpt2(g, 0, true);
     }
-    std::printf("\n");
+    std::vector<std::string> notes;
+    return build_llama(hf_decoder_spec(cfg, cfg_path, &notes, true), 0, true);
   }
-  return 0;
+  if (arch == "gpt2") return build_gpt2(gpt, 0, true);
+  llama.vocab = gpt.vocab, llama.n_ctx = gpt.n_ctx, llama.n_embd = gpt.n_embd, llama.n_layer = gpt.n_layer;
+  llama.n_head = gpt.n_head, llama.tied = tied;
+  if (arch == "llama") return build_llama(llama, 0, true);
+  ZR_CHECK(hf_decoder_type(arch), "--arch must be gpt2, llama or a decoder model_type, got '", arch, "'");
+  json cfg = {{"model_type", arch},        {"vocab_size", gpt.vocab},         {"max_position_embeddings", gpt.n_ctx},
+              {"hidden_size", gpt.n_embd}, {"num_hidden_layers", gpt.n_layer}, {"num_attention_heads", gpt.n_head},
+              {"intermediate_size", llama.ffn}};
+  if (cmd.count("--n_kv_head")) cfg["num_key_value_heads"] = llama.n_kv_head;
+  if (cmd.count("--head_dim")) cfg["head_dim"] = llama.head_dim;
+  if (cmd.count("--tied")) cfg["tie_word_embeddings"] = true;
+  std::vector<std::string> notes;
+  return build_llama(hf_decoder_spec(cfg, "--arch " + arch, &notes, true), 0, true);
 }
 
 // The per-rank command: this executable's `train` with the same options.
@@ -241,6 +255,9 @@ int main(int argc, char** argv) {
                        "a transformers config.json (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, gemma3): "
                        "that model with fresh weights");
   init_cmd->add_option("-o,--out", out, "output path");
+  std::string init_dtype = "f32";
+  init_cmd->add_option("--dtype", init_dtype, "f32 (default) | bf16 | f16: how model.bin stores the weights")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   init_cmd->add_option("--seed", seed, "init seed");
   init_cmd->add_option("--in", mlp.in, "mlp: input width");
   init_cmd->add_option("--hidden", mlp.hidden, "mlp: hidden width");
@@ -262,13 +279,32 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--head_dim", init_head_dim, "decoder model_types: head size (default: the family's)");
   init_cmd->add_option("--window", init_window, "decoder model_types: sliding window (mistral, phi3, gemma2/3)");
 
-  std::string est_model, est_precision = "bf16", est_device = "cuda";
-  int est_world = 1;
-  auto* est_cmd = app.add_subcommand("estimate", "model-state memory per rank for each ZeRO stage");
-  est_cmd->add_option("model", est_model, "model.bin")->required();
-  est_cmd->add_option("--num_gpus", est_world, "ranks");
-  est_cmd->add_option("--precision", est_precision, "fp32 | bf16 | fp16");
+  std::string est_model, est_device = "cuda", est_arch;
+  EstimateRequest est;
+  Gpt2Spec est_gpt;
+  LlamaSpec est_llama;
+  bool est_tied = false;
+  auto* est_cmd = app.add_subcommand(
+      "estimate", "GPU memory per rank and host memory per node for each ZeRO stage, with and without offload");
+  est_cmd->add_option("model", est_model, "model.bin, a transformers config.json or its directory (or use --arch)");
+  est_cmd->add_option("--num_gpus", est.gpus_per_node, "ranks per node (GPUs, or CPU slots with --device cpu)")
+      ->check(at_least(1));
+  est_cmd->add_option("--num_nodes", est.nodes, "nodes")->check(at_least(1));
+  est_cmd->add_option("--precision", est.precision, "fp32 | bf16 | fp16");
   est_cmd->add_option("--device", est_device, "cuda | cpu (the training device)");
+  est_cmd->add_option("--micro_batch_size", est.micro_batch, "micro batch per rank (activations)")->check(at_least(1));
+  est_cmd->add_option("--seq_len", est.seq_len, "sequence length (default: the model's context)")->check(at_least(1));
+  est_cmd->add_option("--reduce_bucket_size", est.reduce_bucket_size, "stage 2/3 bucket elements")->check(at_least(1));
+  est_cmd->add_option("--arch", est_arch, "gpt2 | llama | a decoder model_type, sized by the flags below");
+  est_cmd->add_option("--vocab", est_gpt.vocab, "--arch: vocabulary size");
+  est_cmd->add_option("--n_ctx", est_gpt.n_ctx, "--arch: context length");
+  est_cmd->add_option("--n_embd", est_gpt.n_embd, "--arch: width");
+  est_cmd->add_option("--n_layer", est_gpt.n_layer, "--arch: layers");
+  est_cmd->add_option("--n_head", est_gpt.n_head, "--arch: heads");
+  est_cmd->add_option("--ffn", est_llama.ffn, "--arch: MLP width");
+  est_cmd->add_option("--n_kv_head", est_llama.n_kv_head, "--arch: key/value heads");
+  est_cmd->add_option("--head_dim", est_llama.head_dim, "--arch: head size");
+  est_cmd->add_flag("--tied", est_tied, "--arch llama and decoders: lm_head tied to the embedding");
 
   auto* report_cmd = app.add_subcommand("report", "build features, library versions, GPUs seen");
 
@@ -353,6 +389,7 @@ int main(int argc, char** argv) {
       LlamaSpec s = hf_decoder_spec(cfg, from_config, &notes);
       for (auto& n : notes) std::printf("note: %s\n", n.c_str());
       Model m = build_llama(s, seed);
+      m.dtype = dtype_from_string(init_dtype);
       save_model(out, m);
       std::printf("wrote %s: %s (%s) with fresh weights, %lld parameters\n", out.c_str(), s.model_type.c_str(),
                   from_config.c_str(), static_cast<long long>(m.num_params()));
@@ -375,6 +412,7 @@ int main(int argc, char** argv) {
       // merge writes this config.json: the keys the flags set, transformers' defaults (which hf_decoder_spec
       // mirrors) for the rest.
       Model m = build_llama(s, seed);
+      m.dtype = dtype_from_string(init_dtype);
       save_model(out, m);
       std::printf("wrote %s: %s, %lld parameters in %zu tensors, graph %s\n", out.c_str(), arch.c_str(),
                   static_cast<long long>(m.num_params()), m.tensors.size(), m.graph_hash.c_str());
@@ -397,7 +435,7 @@ int main(int argc, char** argv) {
       ZR_CHECK(
           arch == "llama" || (llama.n_kv_head == LlamaSpec{}.n_kv_head && llama.rope_theta == LlamaSpec{}.rope_theta),
           "--n_kv_head and --rope_theta are for --arch llama");
-      return cmd_init(arch, out, seed, mlp, gpt, llama);
+      return cmd_init(arch, out, seed, mlp, gpt, llama, dtype_from_string(init_dtype));
     }
     if (*import_cmd) {
       std::vector<std::string> notes;
@@ -409,7 +447,14 @@ int main(int argc, char** argv) {
                   static_cast<long long>(m.num_params()), m.tensors.size(), m.graph_hash.c_str());
       return 0;
     }
-    if (*est_cmd) return cmd_estimate(est_model, est_world, est_precision, est_device);
+    if (*est_cmd) {
+      ZR_CHECK(est_device == "cuda" || est_device == "cpu", "--device must be cuda or cpu, got '", est_device, "'");
+      est.gpu = est_device == "cuda";
+      Model m = estimate_model(est_model, est_arch, est_gpt, est_llama, est_tied, *est_cmd);
+      const MemoryEstimate e = estimate_memory(m, est);
+      std::fputs(format_estimate(e, est, est_model.empty() ? "--arch " + est_arch : est_model).c_str(), stdout);
+      return 0;
+    }
     if (*merge_cmd) {
       MergeResult r = merge_checkpoint(merge_in, merge_tag, merge_out, merge_dtype == "bf16" ? DType::BF16 : DType::F32,
                                        merge_layout == "hf" ? MergeLayout::Hf : MergeLayout::Zerorun);

@@ -252,7 +252,7 @@ std::unique_ptr<DataSource> make_data_source(const std::string& spec, const Mode
     int32_t pad = 0;
     for (auto& n : g.nodes)
       if (n.op == "embedding" && n.in[0] == "tokens" && !n.attrs.value("position", false)) {
-        V = m.tensors.at(n.params.at("weight")).dim(0);
+        V = m.shape(n.params.at("weight")).at(0);
         pad = n.attrs.value("padding_idx", 0);
       }
     ZR_CHECK(V > 0, "model has a 'tokens' input but no token embedding");

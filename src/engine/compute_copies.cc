@@ -32,7 +32,7 @@ void Engine::make_compact() {
   }
   // A param's chunks are all kept and in order, so its compact values are contiguous.
   for (auto& s : plan_.params) {
-    const Shape& shape = model_.tensors.at(s.name).shape();
+    const Shape& shape = model_.shape(s.name);
     if (!exec_->reads_f32(s.name)) {
       exec_->set_param(s.name, Tensor::view_of(compute16_, s.offset, shape));
       continue;

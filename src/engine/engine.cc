@@ -16,6 +16,7 @@
 
 #include "kernels/backend.h"
 #include "zerorun/cuda_rt.h"
+#include "zerorun/platform.h"
 #include "zerorun/profile.h"
 
 namespace zerorun {
@@ -26,6 +27,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
            comm.size(), " ranks");
   stage_ = cfg_.zero.stage;
   dev_ = cfg_.device;
+  return_large_host_blocks();
   // CPU offload (GPU runs): fp32 master + optimizer state in host memory,
   // updated by the CPU optimizer; stage 3 offload_param keeps the parameter
   // shards in host memory too and streams them in per bucket. On CPU runs
@@ -47,24 +49,21 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   const int r = comm_.rank();
   be().set_matmul_dtype(precision_dtype(cfg_.precision));
 
-  // Compute parameters (full for stages 0-2, this rank's shard for stage 3),
-  // staged on the host and moved to the training device.
-  const Device host = Device::cpu();
+  // Compute parameters (full for stages 0-2, this rank's shard for stage 3), read from the model range by range:
+  // each rank reads only what it keeps, into place (host memory) or through a bounded staging buffer (device), so
+  // no rank holds more of the model than its share.
   if (stage_ < 3) {
-    Tensor hc = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Buffers, host);
-    for (auto& s : plan_.params) std::copy_n(model_.tensors.at(s.name).f32(), s.numel, hc.f32() + s.offset);
-    compute_ = hc.to(dev_, MemCategory::Params);
+    compute_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Params, dev_);
+    for (auto& s : plan_.params) load_weights(s.name, 0, s.numel, compute_, s.offset);
   } else {
-    Tensor hs = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Buffers, host);
+    param_shard_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Params, pdev_);
     for (size_t p = 0; p < plan_.params.size(); ++p) {
       const zero::ParamSlot& s = plan_.params[p];
       zero::Range own = plan_.param_owned(static_cast<int>(p), r);
       if (own.empty()) continue;
       int64_t piece = s.offset + own.begin - plan_.owned(s.group, r).begin;
-      std::copy_n(model_.tensors.at(s.name).f32() + own.begin, own.size(),
-                  hs.f32() + shard_off_[static_cast<size_t>(s.group)] + piece);
+      load_weights(s.name, own.begin, own.size(), param_shard_, shard_off_[static_cast<size_t>(s.group)] + piece);
     }
-    param_shard_ = hs.to(pdev_, MemCategory::Params);
   }
   // fp32 master: in fp32 the compute weights are the master; with 16-bit
   // compute it is optimizer state, sharded from stage 1 on.
@@ -106,14 +105,14 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
 
   std::map<std::string, Tensor> pv, gv;
   for (auto& s : plan_.params) {
-    const Shape& shape = model_.tensors.at(s.name).shape();
+    const Shape& shape = model_.shape(s.name);
     pv[s.name] = stage_ < 3 ? Tensor::view_of(compute_, s.offset, shape) : Tensor();
     gv[s.name] = stage_ < 2 ? Tensor::view_of(grads_full_, s.offset, shape) : Tensor();
   }
   exec_ = std::make_unique<Executor>(model_.graph, pv, gv);
   if (compute16_.defined()) {
     std::map<std::string, Tensor> p16;
-    for (auto& s : plan_.params) p16[s.name] = Tensor::view_of(compute16_, s.offset, model_.tensors.at(s.name).shape());
+    for (auto& s : plan_.params) p16[s.name] = Tensor::view_of(compute16_, s.offset, model_.shape(s.name));
     exec_->set_params16(std::move(p16));
     // Stages 1-2 on several ranks all-gather the 16-bit copy (the f32 copy follows it); offload refreshes the full
     // f32 copy from the host master.
@@ -140,9 +139,11 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   sched_ = std::make_unique<LrSchedule>(cfg_.scheduler, cfg_.optimizer, total_steps);
   scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale, cfg_.precision == Precision::FP16);
   // CUDA graphs where a micro-batch's work is the same kernels on the same buffers every time: stages 0-1 (no
-  // per-bucket collectives or gathers inside the backward), not under the synchronised profiler.
+  // per-bucket collectives or gathers inside the backward), not under the synchronised profiler, not with dropout
+  // (its masks change every micro-batch).
   const char* g = std::getenv("ZERORUN_CUDA_GRAPHS");
-  use_graphs_ = dev_.is_cuda() && stage_ < 2 && !profile::enabled() && !(g && std::strcmp(g, "0") == 0);
+  use_graphs_ =
+      dev_.is_cuda() && stage_ < 2 && !profile::enabled() && !(g && std::strcmp(g, "0") == 0) && !exec_->has_dropout();
   // One GPU, stages 0-1 with graphs and the compact copy: the update runs group by group on a side stream below
   // the main one in priority, so that the next forward's block waits only for its own groups (the backward for
   // all); ZERORUN_OPT_OVERLAP=0 keeps it on the main stream.
@@ -153,6 +154,20 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     exec_->hooks.before_block_forward = [this](size_t b) {
       for (int grp : block_groups_[b]) side_->main_waits(grp);
     };
+  }
+}
+
+void Engine::load_weights(const std::string& name, int64_t first, int64_t count, const Tensor& dst, int64_t at) {
+  if (dst.device().is_cpu()) {
+    model_.read_f32(name, first, count, dst.f32() + at);
+    return;
+  }
+  constexpr int64_t kStage = int64_t{1} << 22;  // 16 MiB of f32 a copy to the device
+  std::vector<float> buf(static_cast<size_t>(std::min(count, kStage)));
+  for (int64_t done = 0; done < count; done += kStage) {
+    const int64_t k = std::min(kStage, count - done);
+    model_.read_f32(name, first + done, k, buf.data());
+    cuda::copy(dst.f32() + at + done, buf.data(), static_cast<size_t>(k) * sizeof(float));
   }
 }
 
@@ -181,44 +196,24 @@ Engine::~Engine() {
 }
 
 void Engine::build_layout() {
-  // Buckets: consecutive params of one block (in first-use order) up to
-  // reduce_bucket_size elements; each bucket is one plan group.
+  // Buckets (src/zero/layout.cc): consecutive params of one block up to reduce_bucket_size elements (stages 2-3).
   const int64_t bucket = stage_ >= 2 ? cfg_.zero.reduce_bucket_size.value_or(std::numeric_limits<int64_t>::max())
                                      : std::numeric_limits<int64_t>::max();
   const auto& blocks = model_.graph.blocks;
-  std::vector<zero::ParamInput> pin;
-  std::map<std::string, int> group_of;
-  int next = -1;
-  std::string cur_block;
-  int64_t cur_size = 0;
-  for (auto& n : model_.graph.nodes)
-    for (auto& [role, name] : n.params) {
-      if (group_of.count(name)) continue;
-      int64_t sz = model_.tensors.at(name).numel();
-      if (next < 0 || n.block != cur_block || (cur_size > 0 && cur_size + sz > bucket)) {
-        ++next;
-        cur_block = n.block;
-        cur_size = 0;
-      }
-      cur_size += sz;
-      group_of[name] = next;
-      pin.push_back({name, sz, next});
-    }
-  plan_ = zero::plan(pin, comm_.size(), 1);
+  std::vector<zero::ParamUse> uses;
+  auto ranges = model_.graph.block_ranges();
+  for (size_t b = 0; b < blocks.size(); ++b)
+    for (size_t i = ranges[b].first; i < ranges[b].second; ++i)
+      for (auto& [role, name] : model_.graph.nodes[i].params)
+        uses.push_back({static_cast<int>(b), name, model_.numel(name)});
+  zero::BucketLayout L = zero::bucket_layout(uses, static_cast<int>(blocks.size()), bucket);
+  plan_ = zero::plan(L.params, comm_.size(), 1);
   shard_off_.clear();
   int64_t off = 0;
   for (auto& g : plan_.groups) shard_off_.push_back(off), off += g.shard;
-  block_groups_.assign(blocks.size(), {});
-  auto ranges = model_.graph.block_ranges();
-  for (size_t b = 0; b < blocks.size(); ++b) {
-    std::set<int> gs;
-    for (size_t i = ranges[b].first; i < ranges[b].second; ++i)
-      for (auto& [role, name] : model_.graph.nodes[i].params) gs.insert(group_of.at(name));
-    block_groups_[b].assign(gs.begin(), gs.end());
-  }
-  ready_block_.assign(plan_.groups.size(), blocks.size());
-  for (size_t b = blocks.size(); b-- > 0;)
-    for (int g : block_groups_[b]) ready_block_[static_cast<size_t>(g)] = b;
+  block_groups_ = L.block_groups;
+  ready_block_.clear();
+  for (int b : L.ready_block) ready_block_.push_back(b < 0 ? blocks.size() : static_cast<size_t>(b));
   rt_.clear();
   rt_.resize(plan_.groups.size());
 }
@@ -273,9 +268,9 @@ void Engine::bind_params(int g, bool live) {
   const zero::Group& grp = plan_.groups[static_cast<size_t>(g)];
   for (int p : grp.params) {
     const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
-    exec_->set_param(s.name, live ? Tensor::view_of(rt_[static_cast<size_t>(g)].full, s.offset - grp.offset,
-                                                    model_.tensors.at(s.name).shape())
-                                  : Tensor());
+    exec_->set_param(
+        s.name, live ? Tensor::view_of(rt_[static_cast<size_t>(g)].full, s.offset - grp.offset, model_.shape(s.name))
+                     : Tensor());
   }
 }
 
@@ -326,8 +321,7 @@ void Engine::begin_grads(size_t b) {
     s.work_grad = Tensor::zeros({grp.padded}, DType::F32, MemCategory::Grads, dev_);
     for (int p : grp.params) {
       const zero::ParamSlot& ps = plan_.params[static_cast<size_t>(p)];
-      exec_->set_grad(ps.name,
-                      Tensor::view_of(s.work_grad, ps.offset - grp.offset, model_.tensors.at(ps.name).shape()));
+      exec_->set_grad(ps.name, Tensor::view_of(s.work_grad, ps.offset - grp.offset, model_.shape(ps.name)));
     }
   }
 }
@@ -449,6 +443,7 @@ double Engine::eval_loss(DataSource& data, int64_t batches) {
   profile::Scope whole(".. eval");
   const int W = comm_.size(), r = comm_.rank();
   std::vector<Tensor> losses;  // (b, a) order
+  exec_->set_dropout({});      // evaluation drops nothing
   for (int64_t b = 0; b < batches; ++b)
     for (int64_t a = 0; a < cfg_.gas; ++a) {  // the micro-batches a training step of this batch would take
       std::map<std::string, Tensor> inputs = data.batch(b * cfg_.batch + (a * W + r) * cfg_.micro, cfg_.micro);
@@ -519,6 +514,9 @@ StepStats Engine::train_step(DataSource& data) {
     const float loss_grad = static_cast<float>(weight > 0 ? scale * weight * W : scale / static_cast<double>(cfg_.gas));
     // Stages 0-1: the step's first backward overwrites the gradient buffer (no zero-fill of it each step).
     const bool fresh = a == 0 && stage_ < 2;
+    // Dropout masks by the global index of the micro-batch's first sample: the same on any number of ranks.
+    exec_->set_dropout(
+        {true, cfg_.train.seed, static_cast<uint64_t>(global_step() + 1), samples_seen_ + (a * W + r) * cfg_.micro});
     if (use_graphs_ && steps_run_ > 0) {  // the first step runs eagerly: lazy set-up stays out of the graphs
       losses.push_back(micro_graphed(inputs, fresh, loss_grad));
       continue;
@@ -625,7 +623,7 @@ std::map<std::string, Tensor> Engine::master_weights() {
   auto slice = [&](const float* group_base, const zero::Group& grp) {
     for (int p : grp.params) {
       const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
-      Tensor t = Tensor::empty(model_.tensors.at(s.name).shape(), DType::F32, MemCategory::Buffers);
+      Tensor t = Tensor::empty(model_.shape(s.name), DType::F32, MemCategory::Buffers);
       copy_f32(t.f32(), group_base + (s.offset - grp.offset), s.numel);
       r[s.name] = t;
     }
@@ -667,6 +665,7 @@ std::string Engine::memory_report() const {
      << "MiB optimizer=" << b.optimizer / 1048576.0
      << "MiB | activations peak=" << act.peak[static_cast<size_t>(MemCategory::Activations)] / 1048576.0
      << "MiB | process peak=" << s.total_peak / 1048576.0 << "MiB";
+  if (const uint64_t rss = platform::peak_rss_bytes()) os << " | peak RSS=" << rss / 1048576.0 << "MiB";
   if (!dev_.is_cpu()) os << " | device peak=" << mem_stats(true).total_peak / 1048576.0 << "MiB";
   if (pinned_bytes_ > 0) os << " | pinned host=" << pinned_bytes_ / 1048576.0 << "MiB";
   return os.str();

@@ -1,9 +1,11 @@
 // Fingerprints of config, model and data, compared across ranks at start (see rank_agreement.h).
 #include "zerorun/rank_agreement.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "zerorun/error.h"
+#include "zerorun/safetensors.h"
 
 namespace zerorun {
 
@@ -15,6 +17,25 @@ uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
 
 uint64_t model_fingerprint(const Model& m) {
   uint64_t h = fnv1a(m.graph_hash.data(), m.graph_hash.size());
+  if (m.tensors.empty() && m.file) {
+    // An opened model.bin (never read whole): its header (names, dtypes, shapes, offsets) and 64 evenly spaced
+    // pieces of 256 stored bytes of every tensor.
+    for (const SafetensorsEntry& e : m.file->entries) {
+      h = fnv1a(e.name.data(), e.name.size(), h);
+      const uint64_t meta[] = {static_cast<uint64_t>(e.dtype), e.begin, e.end};
+      h = fnv1a(meta, sizeof meta, h);
+      for (int64_t d : e.shape) h = fnv1a(&d, sizeof d, h);
+      const int64_t es = static_cast<int64_t>(dtype_size(e.dtype)), n = shape_numel(e.shape);
+      const int64_t piece = std::min<int64_t>(n, 256 / es);
+      unsigned char buf[256];
+      for (int k = 0; k < 64 && piece > 0; ++k) {
+        const int64_t at = (n - piece) * k / 63;
+        read_safetensors_range(*m.file, e, at, piece, buf);
+        h = fnv1a(buf, static_cast<size_t>(piece * es), h);
+      }
+    }
+    return h;
+  }
   for (const auto& [name, t] : m.tensors) {
     h = fnv1a(name.data(), name.size(), h);
     for (int64_t d : t.shape()) h = fnv1a(&d, sizeof d, h);

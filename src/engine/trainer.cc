@@ -33,8 +33,8 @@ int64_t model_hidden(const Model& m) {
         ac[k].get<int64_t>() <= (int64_t{1} << 24))
       return ac[k].get<int64_t>();
   int64_t h = 0;
-  for (auto& [n, t] : m.tensors)
-    if (t.ndim() == 2) h = std::max(h, std::min(t.dim(0), t.dim(1)));
+  for (auto& [n, s] : m.shapes)
+    if (s.size() == 2) h = std::max(h, std::min(s[0], s[1]));
   return h;
 }
 }  // namespace
@@ -129,7 +129,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     cuda::set_device(gi);
     cfg.device = Device::cuda(gi);
   }
-  Model model = load_model(o.model_path);
+  Model model = open_model(o.model_path);  // each rank reads the weights it keeps (the Engine)
   // Every rank must train the same job; a node with other files would otherwise hang or diverge silently.
   {
     const std::string c = cfg.raw.dump();  // the parsed JSON: formatting and key order do not count
@@ -316,6 +316,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   if (lead)
     spdlog::info("done: {} steps, {} samples | {}", engine.global_step(), engine.samples_seen(),
                  engine.memory_report());
+  else  // every rank's peak (its own shards, its own process)
+    spdlog::info("done: {}", engine.memory_report());
   if (lead && engine.cuda_graphs()) spdlog::info("CUDA graphs: {} captures", engine.graph_captures());
   if (lead && profile::enabled()) spdlog::info("{}", profile::report());
   if (!o.final_weights.empty()) {

@@ -11,7 +11,7 @@ namespace {
 
 class Builder {
  public:
-  explicit Builder(uint64_t seed) : rng_(seed) {}
+  explicit Builder(uint64_t seed, bool shapes_only = false) : rng_(seed), shapes_only_(shapes_only) {}
   Model m;
   std::string block;
 
@@ -28,16 +28,19 @@ class Builder {
     return out;
   }
   void normal(const std::string& name, const Shape& s, double std) {
+    if (shaped(name, s)) return;
     Tensor t = Tensor::empty(s, DType::F32, MemCategory::Buffers);
     for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(rng_.normal() * std);
     m.tensors[name] = t;
   }
   void uniform(const std::string& name, const Shape& s, double bound) {
+    if (shaped(name, s)) return;
     Tensor t = Tensor::empty(s, DType::F32, MemCategory::Buffers);
     for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>((2.0 * rng_.uniform() - 1.0) * bound);
     m.tensors[name] = t;
   }
   void fill(const std::string& name, const Shape& s, float v) {
+    if (shaped(name, s)) return;
     Tensor t = Tensor::empty(s, DType::F32, MemCategory::Buffers);
     for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = v;
     m.tensors[name] = t;
@@ -80,15 +83,21 @@ class Builder {
   }
 
  private:
+  // shapes_only: the parameter's shape without weights (m.shapes; finalize_model keeps it).
+  bool shaped(const std::string& name, const Shape& s) {
+    if (shapes_only_) m.shapes[name] = s;
+    return shapes_only_;
+  }
   Rng rng_;
+  bool shapes_only_ = false;
 };
 
 }  // namespace
 
-Model build_mlp(const MlpSpec& s, uint64_t seed) {
+Model build_mlp(const MlpSpec& s, uint64_t seed, bool shapes_only) {
   ZR_CHECK(s.in > 0 && s.hidden > 0 && s.out > 0 && s.layers >= 1, "mlp sizes must be positive");
   ZR_CHECK(s.act == "relu" || s.act == "gelu" || s.act == "silu", "mlp activation must be relu, gelu or silu");
-  Builder b(seed);
+  Builder b(seed, shapes_only);
   b.m.graph.inputs = {{"x", DType::F32, {"B", std::to_string(s.in)}}, {"y", DType::F32, {"B", std::to_string(s.out)}}};
   std::string x = "x";
   int64_t width = s.in;
@@ -125,9 +134,9 @@ void check_transformer_sizes(const char* arch, int64_t vocab, int64_t n_ctx, int
 }
 }  // namespace
 
-Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
+Model build_gpt2(const Gpt2Spec& s, uint64_t seed, bool shapes_only) {
   check_transformer_sizes("gpt2", s.vocab, s.n_ctx, s.n_embd, s.n_layer, s.n_head, 1);
-  Builder b(seed);
+  Builder b(seed, shapes_only);
   const int64_t C = s.n_embd;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
   std::string x = b.token_embed("wte.weight", "wpe.weight", s.vocab, s.n_ctx, C, std);
@@ -164,7 +173,7 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed) {
   return b.done();
 }
 
-Model build_llama(const LlamaSpec& s, uint64_t seed) {
+Model build_llama(const LlamaSpec& s, uint64_t seed, bool shapes_only) {
   const char* mt = s.model_type.c_str();
   const int64_t C = s.n_embd, H = s.n_head, K = s.n_kv_head == 0 ? s.n_head : s.n_kv_head;
   ZR_CHECK(s.head_dim >= 0, mt, ": head_dim must be positive, got ", s.head_dim);
@@ -184,7 +193,7 @@ Model build_llama(const LlamaSpec& s, uint64_t seed) {
            ": window, scales and soft-caps must be >= 0");
   ZR_CHECK(s.sliding.empty() || static_cast<int64_t>(s.sliding.size()) == s.n_layer, mt, ": ", s.sliding.size(),
            " per-layer sliding flags for ", s.n_layer, " layers");
-  Builder b(seed);
+  Builder b(seed, shapes_only);
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
   std::string x = b.token_embed("embed_tokens.weight", "", s.vocab, s.n_ctx, C, std);
   if (s.padding_idx >= 0) {  // transformers' nn.Embedding(vocab, hidden, padding_idx=config.pad_token_id)

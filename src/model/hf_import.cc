@@ -99,6 +99,7 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
     }
   }
   std::set<std::string> used;
+  std::set<DType> stored;  // the checkpoint's dtypes: model.bin keeps them (bf16 stays bf16, not widened)
   for (const std::string& name : m.tensor_names) {
     Tensor& dst = m.tensors.at(name);
     const Shape want = dst.shape();
@@ -111,6 +112,7 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
       ZR_CHECK(e.shape == p.shape, sf.path, ": tensor '", e.name, "' has shape ", shape_str(e.shape), ", expected ",
                shape_str(p.shape), p.transpose ? " (Conv1D weights are [in, out])" : "", " for ", what);
       Tensor t = read_safetensors_f32(sf, e);
+      stored.insert(e.dtype);
       for (int64_t i = 0; i < t.numel(); ++i)
         ZR_CHECK(std::isfinite(t.f32()[i]), sf.path, ": tensor '", e.name, "' holds a non-finite value (", t.f32()[i],
                  " at element ", i, ")");
@@ -133,6 +135,7 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
   }
   ZR_CHECK(unused.empty(), dir, ": tensors that are not weights of ", what, ": ", unused,
            " (is config.json's model_type right?)");
+  m.dtype = stored.size() == 1 ? *stored.begin() : DType::F32;  // mixed dtypes: f32 holds every value exactly
   if (vision && notes)
     notes->push_back("left out " + std::to_string(vision) +
                      " tensors of the vision tower and projector: zerorun trains the language model");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -105,6 +106,28 @@ void read_safetensors_range(const SafetensorsFile& f, const SafetensorsEntry& e,
   in.seekg(static_cast<std::streamoff>(f.data_start + e.begin + first * es));
   in.read(static_cast<char*>(dst), static_cast<std::streamsize>(count * es));
   ZR_CHECK(in, f.path, ": short read of tensor '", e.name, "' (truncated file?)");
+}
+
+void read_safetensors_f32_range(const SafetensorsFile& f, const SafetensorsEntry& e, int64_t first, int64_t count,
+                                float* dst) {
+  ZR_CHECK(e.dtype == DType::F32 || e.dtype == DType::BF16 || e.dtype == DType::F16, f.path, ": tensor '", e.name,
+           "' has dtype ", dtype_name(e.dtype), "; parameters must be F32, BF16 or F16");
+  if (e.dtype == DType::F32) {
+    read_safetensors_range(f, e, first, count, dst);
+    return;
+  }
+  // The 16-bit values into the upper half of dst, widened front to back: element i's 4 bytes end at or before
+  // where the 16-bit element i + 1 starts, so nothing is overwritten before it is read.
+  auto* bytes = reinterpret_cast<unsigned char*>(dst);
+  unsigned char* src = bytes + 2 * count;
+  read_safetensors_range(f, e, first, count, src);
+  const bool bf = e.dtype == DType::BF16;
+  for (int64_t i = 0; i < count; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    const float v = bf ? bf16_to_f32(h) : f16_to_f32(h);
+    std::memcpy(bytes + 4 * i, &v, 4);
+  }
 }
 
 Tensor read_safetensors_tensor(const SafetensorsFile& f, const SafetensorsEntry& e, MemCategory cat) {

@@ -1,5 +1,6 @@
 // zero::plan(): exhaustive checks over world sizes, alignments and layouts.
 #include <catch2/catch.hpp>
+#include <limits>
 
 #include "zerorun/rng.h"
 #include "zerorun/zero_plan.h"
@@ -101,4 +102,24 @@ TEST_CASE("plan: bad input is rejected", "[zero]") {
   REQUIRE_THROWS_WITH(plan({{"a", 1, 0}, {"a", 2, 0}}, 2, 1), Catch::Contains("listed twice"));
   REQUIRE_THROWS_WITH(plan({{"a", 1, 1}}, 2, 1), Catch::Contains("out of order"));
   REQUIRE_THROWS_WITH(plan({{"a", -1, 0}}, 2, 1), Catch::Contains("negative"));
+}
+
+TEST_CASE("bucket layout: blocks, bucket size, tied weights, blocks without parameters", "[zero]") {
+  using zero::ParamUse;
+  // embed: wte; h.0: a (60), b (50), c (10); h.1: none; head: ln (5), then wte again (tied), then extra (7).
+  std::vector<ParamUse> uses = {{0, "wte", 100}, {1, "a", 60},    {1, "b", 50},   {1, "c", 10},
+                                {3, "ln", 5},    {3, "wte", 100}, {3, "extra", 7}};
+  zero::BucketLayout L = zero::bucket_layout(uses, 4, 100);
+  std::vector<std::pair<std::string, int>> got;
+  for (auto& p : L.params) got.push_back({p.name, p.group});
+  // a + b > 100: b starts a group; c joins it; the tied use of wte does not move "extra" out of ln's group.
+  REQUIRE(got ==
+          std::vector<std::pair<std::string, int>>{{"wte", 0}, {"a", 1}, {"b", 2}, {"c", 2}, {"ln", 3}, {"extra", 3}});
+  REQUIRE(L.block_groups == std::vector<std::vector<int>>{{0}, {1, 2}, {}, {0, 3}});
+  REQUIRE(L.ready_block == std::vector<int>{0, 1, 1, 3});  // wte's grads are complete after block 0's backward
+  // One bucket a block without a size limit; a parameter larger than the bucket is a group of its own.
+  REQUIRE(zero::bucket_layout(uses, 4, std::numeric_limits<int64_t>::max()).num_groups() == 3);
+  REQUIRE(zero::bucket_layout(uses, 4, 1).num_groups() == 6);
+  REQUIRE_THROWS_WITH(zero::bucket_layout({{2, "x", 1}, {1, "y", 1}}, 3, 10), Catch::Contains("'y' used in block 1"));
+  REQUIRE_THROWS_WITH(zero::bucket_layout({{3, "x", 1}}, 3, 10), Catch::Contains("of 3"));
 }

@@ -1,0 +1,47 @@
+// `zerorun estimate`: memory per rank and per node for every ZeRO stage, with and without offload, from a model's
+// graph and parameter shapes alone (a model.bin's header, a config.json, or architecture flags: no weights), using
+// the engine's own bucket layout and state accounting (src/zero) so its figures match the engine's counters.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "zerorun/model.h"
+
+namespace zerorun {
+
+struct EstimateRequest {
+  int gpus_per_node = 1, nodes = 1;                // ranks: one per GPU (or CPU slot with gpu false)
+  bool gpu = true;                                 // the training device: cuda or cpu
+  std::string precision = "bf16";                  // fp32 | bf16 | fp16
+  int64_t micro_batch = 1, seq_len = 0;            // seq_len 0: the model's context (symbol T)
+  int64_t reduce_bucket_size = 500000000;          // the engine's default (DeepSpeed's)
+  int64_t stage3_prefetch_bucket_size = 50000000;  // the default before "auto" resolves it
+};
+
+struct StageEstimate {
+  int stage = 0;
+  bool offload = false;                         // offload_optimizer (and offload_param at stage 3)
+  double params = 0, grads = 0, optimizer = 0;  // model states per rank, as Engine::model_state_bytes counts them
+  double states_device = 0, states_host = 0;    // the same bytes by where they live
+  double buckets = 0;    // per rank, where the model runs: stage-2/3 gradient buckets and gathered stage-3 groups
+  double device = 0;     // per rank on the GPU: states + buckets + activations (0 on CPU runs)
+  double host_rank = 0;  // per rank in host memory (CPU runs: everything, plus the process's own)
+  double host_node = 0;  // per node: gpus_per_node x host_rank
+};
+
+struct MemoryEstimate {
+  double params = 0;  // parameters
+  int world = 1;
+  double activations = 0;    // per rank at micro_batch x seq_len, f32 values (the engine's activations peak)
+  double largest_block = 0;  // parameters of the largest block (stage-3 gathers)
+  int64_t seq_len = 0;
+  std::vector<StageEstimate> rows;  // stages 0-3, without then with offload (GPU runs, stages 1-3)
+};
+
+// The process's own host memory beyond its tracked buffers (code, libraries, MPI, allocator): measured on CPU ranks.
+constexpr double kProcessBaseBytes = 64.0 * 1048576;
+
+MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r);
+std::string format_estimate(const MemoryEstimate& e, const EstimateRequest& r, const std::string& what);
+
+}  // namespace zerorun

@@ -1,0 +1,171 @@
+// `zerorun estimate` (see estimate.h): model states from zero::estimate_model_states, the stage-2/3 buckets by
+// replaying the engine's gather / free / gradient-bucket life cycle over zero::bucket_layout, activations from the
+// graph's value shapes at the requested micro batch and sequence length.
+#include "zerorun/estimate.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "zerorun/zero_plan.h"
+
+namespace zerorun {
+namespace {
+
+// Peak bytes of gathered stage-3 groups plus live gradient buckets (stage 2: buckets only), replaying
+// Engine::on_block: before a block, its groups are gathered and the next block's prefetched within the budget;
+// after it, what the next block does not use is freed; a bucket lives from the backward of the last block using
+// it to the backward of the first.
+double bucket_peak(const zero::BucketLayout& L, const zero::Plan& plan, int stage, int64_t prefetch) {
+  if (stage < 2) return 0;
+  const int nb = static_cast<int>(L.block_groups.size());
+  auto bytes = [&](const std::set<int>& s) {
+    double b = 0;
+    for (int g : s) b += 4.0 * static_cast<double>(plan.groups[static_cast<size_t>(g)].padded);
+    return b;
+  };
+  std::set<int> live, work;
+  double peak = 0;
+  auto gather = [&](int b, int nxt) {
+    if (stage != 3) return;
+    for (int g : L.block_groups[static_cast<size_t>(b)]) live.insert(g);
+    if (nxt < 0 || nxt >= nb) return;
+    int64_t budget = prefetch;
+    for (int g : L.block_groups[static_cast<size_t>(nxt)]) {
+      const int64_t n = plan.groups[static_cast<size_t>(g)].padded;
+      if (live.count(g)) continue;
+      if (n > budget) break;
+      live.insert(g);
+      budget -= n;
+    }
+  };
+  auto release = [&](int b, int nxt) {
+    for (int g : L.block_groups[static_cast<size_t>(b)]) {
+      const auto& keep = nxt >= 0 && nxt < nb ? L.block_groups[static_cast<size_t>(nxt)] : std::vector<int>{};
+      if (std::find(keep.begin(), keep.end(), g) == keep.end()) live.erase(g);
+    }
+  };
+  for (int b = 0; b < nb; ++b) {
+    gather(b, b + 1);
+    peak = std::max(peak, bytes(live));
+    if (b + 1 != nb) release(b, b + 1);
+  }
+  for (int b = nb; b-- > 0;) {
+    gather(b, b - 1);
+    for (int g : L.block_groups[static_cast<size_t>(b)]) work.insert(g);
+    peak = std::max(peak, bytes(live) + bytes(work));
+    for (int g : L.block_groups[static_cast<size_t>(b)])
+      if (L.ready_block[static_cast<size_t>(g)] == b) work.erase(g);
+    release(b, b - 1);
+  }
+  return peak;
+}
+
+// Activations of one micro-batch in f32: every value the forward makes (kept for the backward) and what attention
+// saves besides (the CPU kernel its B x H x T x T probabilities, the GPU kernels B x H x T row statistics), as the
+// engine's activations peak counts them (checked by tests/load_memory_test.sh). Activation checkpointing is not
+// modelled.
+double activation_bytes(const Model& m, int64_t B, int64_t T, bool gpu) {
+  std::map<std::string, int64_t> syms = {{"B", B}, {"T", T}};
+  std::map<std::string, ValueInfo> v = m.graph.validate(m.param_shapes(), syms);
+  auto size = [&](const std::string& name) {
+    auto it = v.find(name);
+    if (it == v.end() || m.shapes.count(name)) return 0.0;
+    return static_cast<double>(shape_numel(it->second.shape)) * 4.0;
+  };
+  double total = 0;
+  for (const Node& n : m.graph.nodes) {
+    for (const std::string& out : n.out) total += size(out);
+    if (n.op == "attention") {
+      const double H = static_cast<double>(n.attrs.value("n_head", int64_t{1}));
+      total += 4.0 * static_cast<double>(B) * H * static_cast<double>(T) * (gpu ? 1.0 : static_cast<double>(T));
+    }
+  }
+  return total;
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
+  ZR_CHECK(r.gpus_per_node >= 1 && r.nodes >= 1, "estimate: --num_gpus and --num_nodes must be >= 1");
+  ZR_CHECK(r.precision == "fp32" || r.precision == "bf16" || r.precision == "fp16",
+           "--precision must be fp32, bf16 or fp16, got '", r.precision, "'");
+  ZR_CHECK(r.micro_batch >= 1, "--micro_batch_size must be >= 1");
+  MemoryEstimate e;
+  e.world = r.gpus_per_node * r.nodes;
+  e.params = static_cast<double>(m.num_params());
+  const bool mixed = r.precision != "fp32";
+  double f32_read = 0;  // parameters some op reads in f32 (16-bit GPU runs keep f32 copies of those only)
+  for (const std::string& p : m.graph.params_read_f32()) f32_read += static_cast<double>(m.numel(p));
+  e.seq_len = r.seq_len > 0 ? r.seq_len : m.symbols.count("T") ? m.symbols.at("T") : 1;
+  e.activations = activation_bytes(m, r.micro_batch, e.seq_len, r.gpu);
+  // The engine's layout: one group a block at stages 0-1, reduce_bucket_size buckets at 2-3.
+  std::vector<zero::ParamUse> uses;
+  const auto ranges = m.graph.block_ranges();
+  for (size_t b = 0; b < ranges.size(); ++b)
+    for (size_t i = ranges[b].first; i < ranges[b].second; ++i)
+      for (auto& [role, name] : m.graph.nodes[i].params) uses.push_back({static_cast<int>(b), name, m.numel(name)});
+  const int nb = static_cast<int>(ranges.size());
+  {
+    zero::BucketLayout whole = zero::bucket_layout(uses, nb, std::numeric_limits<int64_t>::max());
+    zero::Plan p = zero::plan(whole.params, 1, 1);
+    for (const zero::Group& g : p.groups) e.largest_block = std::max(e.largest_block, static_cast<double>(g.numel));
+  }
+  zero::BucketLayout buckets = zero::bucket_layout(uses, nb, std::max<int64_t>(r.reduce_bucket_size, 1));
+  zero::Plan plan = zero::plan(buckets.params, e.world, 1);
+  for (int stage = 0; stage <= 3; ++stage)
+    for (bool off : {false, true}) {
+      if (off && (!r.gpu || stage == 0)) continue;
+      StageEstimate s;
+      s.stage = stage;
+      s.offload = off;
+      const zero::StateEstimate st =
+          zero::estimate_model_states(e.params, stage, e.world, mixed, r.gpu, off, off && stage == 3, f32_read);
+      s.params = st.params, s.grads = st.grads, s.optimizer = st.optimizer;
+      s.states_device = st.device, s.states_host = st.host;
+      s.buckets = bucket_peak(buckets, plan, stage, r.stage3_prefetch_bucket_size);
+      if (r.gpu) {
+        s.device = st.device + s.buckets + e.activations;
+        s.host_rank = st.host + kProcessBaseBytes;
+      } else {
+        s.host_rank = st.host + s.buckets + e.activations + kProcessBaseBytes;
+      }
+      s.host_node = s.host_rank * r.gpus_per_node;
+      e.rows.push_back(s);
+    }
+  return e;
+}
+
+std::string format_estimate(const MemoryEstimate& e, const EstimateRequest& r, const std::string& what) {
+  auto gib = [](double b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, b >= 1024.0 * 1048576 ? "%.2fGiB" : "%.1fMiB",
+                  b >= 1024.0 * 1048576 ? b / 1073741824.0 : b / 1048576.0);
+    return std::string(buf);
+  };
+  std::ostringstream os;
+  os << what << ": " << static_cast<int64_t>(e.params) << " parameters; " << r.precision << " on "
+     << (r.gpu ? "cuda" : "cpu") << ", " << r.gpus_per_node << (r.gpu ? " GPU(s)" : " rank(s)") << " per node x "
+     << r.nodes << " node(s) = " << e.world << " rank(s); AdamW\n";
+  os << "activations per rank: " << gib(e.activations) << " at micro batch " << r.micro_batch << " x sequence "
+     << e.seq_len << " (f32 values; 16-bit GPU runs store some in 16 bits)\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-6s %-8s %11s %11s %11s %11s %11s %13s %13s\n", "stage", "offload", "params",
+                "grads", "optimizer", "buckets", r.gpu ? "GPU/rank" : "-", "host/rank", "host/node");
+  os << line;
+  for (const StageEstimate& s : e.rows) {
+    std::snprintf(line, sizeof line, "ZeRO-%-1d %-8s %11s %11s %11s %11s %11s %13s %13s\n", s.stage,
+                  s.offload ? (s.stage == 3 ? "opt+par" : "opt") : "none", gib(s.params).c_str(), gib(s.grads).c_str(),
+                  gib(s.optimizer).c_str(), gib(s.buckets).c_str(), r.gpu ? gib(s.device).c_str() : "-",
+                  gib(s.host_rank).c_str(), gib(s.host_node).c_str());
+    os << line;
+  }
+  os << "params/grads/optimizer: model states per rank as the engine counts them; buckets: stage-2/3 gradient "
+        "buckets and gathered stage-3 parameters at their peak; host/rank adds "
+     << gib(kProcessBaseBytes) << " for the process itself" << (r.gpu ? " (not the CUDA runtime's own)" : "") << "\n";
+  return os.str();
+}
+
+}  // namespace zerorun
