@@ -1,13 +1,15 @@
 // The attention op on the CPU against a float64 reference written from transformers' eager attention
 // (repeat_kv, scaling, Gemma 2's soft-capping, the sliding-window causal mask): the forward, and the backward
 // against central finite differences of that reference, for every combination of grouped-query heads, scale,
-// window and soft-capping; grouped-query heads read in place equal to the heads repeated; attribute errors.
+// window and soft-capping; grouped-query heads read in place equal to the heads repeated; attribute errors; the CPU
+// kernels' per-document masking of packed sequences (AttnDims::pos) against the same reference with documents.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
 #include <tuple>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "zerorun/graph.h"
 #include "zerorun/rng.h"
 
@@ -21,6 +23,7 @@ struct Opts {
   double scale = 0;  // 0: 1/sqrt(D)
   int64_t window = 0;
   double softcap = 0;
+  const std::vector<int32_t>* pos = nullptr;  // [B, T]: each token's position in its document (null: one document)
 };
 
 Node attn_node(const Opts& o, bool explicit_kv = true) {
@@ -50,6 +53,7 @@ Vec reference(const Vec& x, int64_t B, int64_t T, const Opts& o) {
         double mx = -INFINITY;
         for (int64_t u = 0; u <= t; ++u) {
           if (o.window > 0 && t - u >= o.window) continue;
+          if (o.pos && u < t - (*o.pos)[b * T + t]) continue;  // before the query's document
           double d = 0;
           for (int64_t i = 0; i < D; ++i) d += x[(b * T + t) * W + h * D + i] * x[(b * T + u) * W + (H + g) * D + i];
           d *= scale;
@@ -244,4 +248,97 @@ TEST_CASE("attention: bad attributes are errors naming them", "[ops][attention]"
   // Grouped-query: [B, T, (H + 2K) D] -> [B, T, H D].
   REQUIRE(infer({{"n_head", 4}, {"n_kv_head", 2}}, 64)[0].shape == Shape{1, 4, 32});
   REQUIRE(infer({{"n_head", 3}}, 36)[0].shape == Shape{1, 4, 12});
+}
+
+TEST_CASE("attention kernels with documents (pos): float64 gradcheck, windows, grouped-query heads, soft-capping",
+          "[ops][attention]") {
+  // The CPU kernels called with AttnDims::pos (the graph wires pos elsewhere): documents of several lengths packed
+  // into rows of odd T, one of length 1, a document cut by the row's end, and each row's documents laid out
+  // differently; against the float64 reference (no key before the query's document) and its central differences.
+  const int64_t B = 2, T = 9;
+  // Row 0: documents of 3, 1, 4 and 1 tokens; row 1: 5 tokens (a document continued from an earlier row: its
+  // positions start at 2), then 4.
+  const std::vector<int32_t> pos = {0, 1, 2, 0, 0, 1, 2, 3, 0, 2, 3, 4, 5, 6, 0, 1, 2, 3};
+  Rng r(35);
+  for (auto [H, K] : {std::pair<int64_t, int64_t>{2, 2}, {4, 1}})
+    for (int64_t window : {0, 2, 4})
+      for (double softcap : {0.0, 1.5}) {
+        Opts o;
+        o.H = H, o.K = K, o.D = 4, o.window = window, o.softcap = softcap, o.pos = &pos;
+        INFO("H " << H << " K " << K << " window " << window << " softcap " << softcap);
+        const int64_t W = (H + 2 * K) * o.D;
+        Vec x(B * T * W);
+        for (auto& v : x) v = (2 * r.uniform() - 1) * 1.2;
+        const Vec y = reference(x, B, T, o);
+        Vec R(y.size());
+        for (auto& v : R) v = 2 * r.uniform() - 1;
+        kernels::AttnDims d;
+        d.B = B, d.T = T, d.H = H, d.K = K, d.D = o.D, d.window = window, d.softcap = static_cast<float>(softcap);
+        d.scale = 1.f / std::sqrt(static_cast<float>(o.D));
+        d.pos = pos.data();
+        std::vector<float> xf(x.begin(), x.end()), Rf(R.begin(), R.end()), out(y.size()), probs(B * H * T * T),
+            dx(x.size(), 0.f);
+        kernels::cpu::attention_fwd(xf.data(), out.data(), probs.data(), d);
+        kernels::cpu::attention_bwd(xf.data(), probs.data(), Rf.data(), dx.data(), d);
+        double ymax = 1e-6;
+        for (double v : y) ymax = std::max(ymax, std::fabs(v));
+        for (size_t i = 0; i < y.size(); ++i) {
+          INFO("forward element " << i);
+          REQUIRE(std::fabs(out[i] - y[i]) <= 2e-5 * ymax);
+        }
+        // A key before its query's document gets exactly zero probability.
+        for (int64_t b = 0; b < B; ++b)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t s = 0; s < t - pos[b * T + t]; ++s) REQUIRE(probs[((b * H) * T + t) * T + s] == 0.f);
+        const double h = 1e-6;
+        Vec num(x.size());
+        double gmax = 1e-8;
+        for (size_t i = 0; i < x.size(); ++i) {
+          const double old = x[i];
+          double l[2];
+          for (int k = 0; k < 2; ++k) {
+            x[i] = old + (k ? -h : h);
+            const Vec yy = reference(x, B, T, o);
+            l[k] = 0;
+            for (size_t j = 0; j < yy.size(); ++j) l[k] += R[j] * yy[j];
+          }
+          x[i] = old;
+          num[i] = (l[0] - l[1]) / (2 * h);
+          gmax = std::max(gmax, std::fabs(num[i]));
+        }
+        for (size_t i = 0; i < x.size(); ++i) {
+          INFO("qkv gradient element " << i << ": analytic " << dx[i] << " numeric " << num[i]);
+          REQUIRE(std::fabs(dx[i] - num[i]) <= 2e-3 * gmax);
+        }
+        // The documents matter: without pos the output differs.
+        kernels::AttnDims whole = d;
+        whole.pos = nullptr;
+        std::vector<float> out1(y.size());
+        kernels::cpu::attention_fwd(xf.data(), out1.data(), probs.data(), whole);
+        double diff = 0;
+        for (size_t i = 0; i < y.size(); ++i) diff = std::max(diff, std::fabs((double)out1[i] - out[i]));
+        REQUIRE(diff > 1e-3);
+      }
+}
+
+TEST_CASE("attention kernels: pos of one document a row gives the bits of no pos", "[ops][attention]") {
+  const int64_t B = 2, T = 7, H = 4, K = 2, D = 8, W = (H + 2 * K) * D;
+  Rng r(36);
+  std::vector<float> x(B * T * W), R(B * T * H * D);
+  for (auto& v : x) v = static_cast<float>(2 * r.uniform() - 1);
+  for (auto& v : R) v = static_cast<float>(2 * r.uniform() - 1);
+  std::vector<int32_t> pos(B * T);
+  for (int64_t i = 0; i < B * T; ++i) pos[i] = static_cast<int32_t>(i % T);
+  kernels::AttnDims d;
+  d.B = B, d.T = T, d.H = H, d.K = K, d.D = D, d.window = 3, d.softcap = 2.f, d.scale = 0.4f;
+  std::vector<float> out[2], dx[2], probs(B * H * T * T);
+  for (int k = 0; k < 2; ++k) {
+    d.pos = k ? pos.data() : nullptr;
+    out[k].assign(B * T * H * D, 0.f);
+    dx[k].assign(x.size(), 0.f);
+    kernels::cpu::attention_fwd(x.data(), out[k].data(), probs.data(), d);
+    kernels::cpu::attention_bwd(x.data(), probs.data(), R.data(), dx[k].data(), d);
+  }
+  REQUIRE(out[0] == out[1]);
+  REQUIRE(dx[0] == dx[1]);
 }
