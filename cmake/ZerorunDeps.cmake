@@ -1,15 +1,42 @@
 # Finds zerorun's dependencies (Debian packages) and, optionally, CUDA.
-find_package(nlohmann_json 3.10 REQUIRED)
-find_package(spdlog REQUIRED)
-find_package(CLI11 REQUIRED)
+# ZERORUN_HEADER_DEPS: a folder holding the header-only dependencies (nlohmann/, spdlog/, fmt/, CLI/, catch2/) used
+# as is: the Windows cross-build copies Debian's headers there (tests/windows/build_windows.sh); spdlog and fmt are
+# then header-only.
+set(ZERORUN_HEADER_DEPS "" CACHE PATH "folder of header-only dependencies instead of find_package")
+if(ZERORUN_HEADER_DEPS)
+  foreach(t nlohmann_json::nlohmann_json spdlog::spdlog CLI11::CLI11 Catch2::Catch2)
+    add_library(${t} INTERFACE IMPORTED)
+    set_target_properties(${t} PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${ZERORUN_HEADER_DEPS})
+  endforeach()
+  set_target_properties(spdlog::spdlog PROPERTIES INTERFACE_COMPILE_DEFINITIONS "FMT_HEADER_ONLY")
+else()
+  find_package(nlohmann_json 3.10 REQUIRED)
+  find_package(spdlog REQUIRED)
+  find_package(CLI11 REQUIRED)
+endif()
 find_package(OpenMP REQUIRED)
-find_package(MPI REQUIRED COMPONENTS CXX)
+if(WIN32)
+  # MS-MPI needs no SDK: src/comm/msmpi/mpi.h maps MPI onto msmpi.dll loaded at run time.
+  add_library(MPI::MPI_CXX INTERFACE IMPORTED)
+  set_target_properties(MPI::MPI_CXX PROPERTIES INTERFACE_INCLUDE_DIRECTORIES ${CMAKE_CURRENT_SOURCE_DIR}/src/comm/msmpi)
+  set(MPIEXEC_EXECUTABLE mpiexec)
+  message(STATUS "zerorun: MS-MPI loaded at run time (msmpi.dll)")
+else()
+  find_package(MPI REQUIRED COMPONENTS CXX)
+endif()
 
-# OpenBLAS provides cblas_sgemm; Debian installs cblas.h in the default path.
-find_library(OPENBLAS_LIB NAMES openblas REQUIRED)
-find_path(OPENBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas openblas-pthread REQUIRED)
-include_directories(SYSTEM ${OPENBLAS_INCLUDE})
-set(ZR_BLAS_LIBS ${OPENBLAS_LIB})
+# OpenBLAS provides cblas_sgemm; Debian installs cblas.h in the default path. ZERORUN_BUILTIN_GEMM links
+# kernels/blas_builtin instead (portable, single-threaded per call, deterministic; slower): the Windows cross-build.
+option(ZERORUN_BUILTIN_GEMM "Use zerorun's portable GEMM instead of OpenBLAS" OFF)
+if(ZERORUN_BUILTIN_GEMM)
+  include_directories(SYSTEM ${CMAKE_CURRENT_SOURCE_DIR}/kernels/blas_builtin)
+  set(ZR_BLAS_LIBS "")
+else()
+  find_library(OPENBLAS_LIB NAMES openblas REQUIRED)
+  find_path(OPENBLAS_INCLUDE cblas.h PATH_SUFFIXES openblas openblas-pthread REQUIRED)
+  include_directories(SYSTEM ${OPENBLAS_INCLUDE})
+  set(ZR_BLAS_LIBS ${OPENBLAS_LIB})
+endif()
 
 set(ZERORUN_HAVE_CUDA OFF)
 if(ZERORUN_ENABLE_CUDA)

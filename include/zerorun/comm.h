@@ -72,6 +72,9 @@ std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator> host)
 std::unique_ptr<Communicator> make_staged_comm(std::unique_ptr<Communicator> host);
 // True when this process was started by mpirun/srun with more than one rank.
 bool launched_by_mpi();
+// This rank's index among the ranks on its node, from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) when the MPI
+// communicator was made (every MPI, every platform: MS-MPI sets no local-rank variable); -1 before that.
+int mpi_local_rank();
 // Ends every rank of an MPI job (after this rank printed why).
 [[noreturn]] void mpi_abort_job(int code);
 

@@ -50,9 +50,9 @@ std::vector<EnvVar> parse_env_file(const std::string& text, const std::string& s
 // Where DeepSpeed looks for it, in its order (a later file's KEY wins): $HOME/NAME, then ./NAME, NAME being
 // $DS_ENV_FILE or ".deepspeed_env".
 std::vector<std::string> env_file_paths(const char* ds_env_file, const char* home);
-// The job's environment: the forwarded variables of `environ` (NAME=VALUE entries), then the regular files among
+// The job's environment: the forwarded variables of `vars` (NAME=VALUE entries), then the regular files among
 // `env_files` in order, a later entry replacing an earlier one of the same name.
-std::vector<EnvVar> job_environment(const std::vector<std::string>& environ, const std::vector<std::string>& env_files);
+std::vector<EnvVar> job_environment(const std::vector<std::string>& vars, const std::vector<std::string>& env_files);
 // The same from this process's environment and DeepSpeed's files.
 std::vector<EnvVar> job_environment();
 

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -49,7 +50,9 @@ std::string executable_path();  // this program's own file (/proc/self/exe; GetM
 // Whether `cmd` names an executable: a path, or a name found in PATH (with PATHEXT's extensions on Windows).
 bool find_executable(const std::string& cmd);
 bool stderr_is_terminal();
-int usable_cores();                          // cores this process may run on (its affinity mask), at least 1
+int usable_cores();
+std::string host_name();  // gethostname / GetComputerNameEx                          // cores this process may run on
+                          // (its affinity mask), at least 1
 bool is_ipv6_literal(const std::string& s);  // inet_pton(AF_INET6)
 // Runs argv[0] (searched in PATH) with argv, waits, and returns its exit code (128 + signal when a signal ended it);
 // -1 with *err when it could not start. stdin, stdout and stderr are inherited.
@@ -110,16 +113,25 @@ uint64_t peak_rss_bytes();  // the process's peak resident set (getrusage ru_max
 void* aligned_alloc(size_t alignment, size_t bytes);  // bytes a multiple of alignment; nullptr when out of memory
 void aligned_free(void* p);
 
+// ---- time ----
+void utc_time(std::time_t t, std::tm* out);  // gmtime_r / gmtime_s
+
 // ---- environment ----
 void set_env(const std::string& name, const std::string& value);  // setenv(…, 1) / _putenv_s
 void unset_env(const std::string& name);
-std::string temp_dir();  // $TMPDIR or /tmp; GetTempPath (forward slashes, no trailing slash)
+std::vector<std::string> environment();  // this process's NAME=VALUE entries (environ; GetEnvironmentStringsW)
+std::string temp_dir();                  // $TMPDIR or /tmp; GetTempPath (forward slashes, no trailing slash)
 // A new, empty directory under temp_dir() whose name starts with prefix (mkdtemp).
 std::string make_temp_dir(const std::string& prefix);
 
+// ---- GPU collectives ----
+// Whether NCCL exists for this platform (Linux). Windows has none: GPU ranks default to --comm mpi (host-staged).
+extern const bool kHaveNccl;
+
 // ---- shared libraries ----
-// dlopen / LoadLibrary; nullptr with *err (dlerror / the Windows message) when it is missing.
-void* load_library(const std::string& name, std::string* err);
+// dlopen (RTLD_GLOBAL with global) / LoadLibrary; nullptr with *err (dlerror / the Windows message) when missing.
+void* load_library(const std::string& name, std::string* err, bool global = false);
 void* library_symbol(void* lib, const char* name);  // nullptr when absent
+std::string library_path_of(void* symbol);          // the file of the library holding it (dladdr); "" if unknown
 
 }  // namespace zerorun::platform

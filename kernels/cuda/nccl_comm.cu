@@ -6,11 +6,8 @@
 // returning (async forms return a handle that does). Host buffers (loss,
 // overflow flags, checkpoint checksums) go through the MPI communicator, so one
 // Communicator serves the engine. libnccl.so.2 is loaded at run time with
-// dlopen (its C ABI is stable), so building needs no NCCL headers and a
+// the platform layer's load_library (its C ABI is stable), so building needs no NCCL headers and a
 // missing library is a clear error, not a link failure.
-#include <dlfcn.h>
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +18,7 @@
 #include "zerorun/comm.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
+#include "zerorun/platform.h"
 
 namespace zerorun {
 namespace {
@@ -51,12 +49,13 @@ const Nccl& nccl() {
   static Nccl n = [] {
     Nccl r{};
     const char* names[] = {std::getenv("ZERORUN_NCCL_LIB"), "libnccl.so.2", "libnccl.so"};
+    std::string err;
     for (const char* nm : names)
-      if (nm && (r.lib = dlopen(nm, RTLD_NOW | RTLD_GLOBAL))) break;
-    ZR_CHECK(r.lib, "cannot load NCCL (libnccl.so.2): ", dlerror(),
+      if (nm && (r.lib = platform::load_library(nm, &err, true))) break;
+    ZR_CHECK(r.lib, "cannot load NCCL (libnccl.so.2): ", err,
              " -- install NCCL or point ZERORUN_NCCL_LIB / LD_LIBRARY_PATH at it");
     auto sym = [&](const char* s) {
-      void* p = dlsym(r.lib, s);
+      void* p = platform::library_symbol(r.lib, s);
       ZR_CHECK(p, "NCCL library lacks ", s);
       return p;
     };
@@ -99,10 +98,9 @@ void check_one_gpu_per_rank(Communicator& host) {
   const int W = host.size();
   if (W < 2) return;
   char me[128] = {};
-  char hn[64] = {};
-  gethostname(hn, sizeof hn - 1);
+  const std::string hn = platform::host_name().substr(0, 63);
   const int dev = cuda::current_device();
-  std::snprintf(me, sizeof me, "%s %s", hn, cuda::pci_bus_id(dev).c_str());
+  std::snprintf(me, sizeof me, "%s %s", hn.c_str(), cuda::pci_bus_id(dev).c_str());
   std::vector<char> all(sizeof me * static_cast<size_t>(W));
   host.all_gather(me, all.data(), sizeof me / 2, DType::U16);
   for (int i = 0; i < W; ++i)
@@ -137,7 +135,7 @@ class NcclComm : public Communicator {
     check_one_gpu_per_rank(*host_);
     // NVLink multicast (NVLS) stays off unless the user asks for it: on shared hosts a program using it can put
     // the GPUs out of service. NCCL reads this at init; a value already set (e.g. NCCL_NVLS_ENABLE=1) is kept.
-    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    if (!std::getenv("NCCL_NVLS_ENABLE")) platform::set_env("NCCL_NVLS_ENABLE", "0");
     ncclUniqueId id{};
     if (host_->rank() == 0) nccl_check(nccl().GetUniqueId(&id), "GetUniqueId");
     host_->broadcast(&id, sizeof id / 2, DType::U16, 0);  // 128 bytes as 64 u16 words
@@ -245,8 +243,8 @@ std::string nccl_report() {
     int v = 0;
     n.GetVersion(&v);  // major * 10000 + minor * 100 + patch since 2.9
     std::string where = "?";
-    Dl_info info{};
-    if (dladdr(reinterpret_cast<void*>(n.GetVersion), &info) && info.dli_fname) where = info.dli_fname;
+    const std::string file = platform::library_path_of(reinterpret_cast<void*>(n.GetVersion));
+    if (!file.empty()) where = file;
     return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) + " (" +
            where + ")";
   } catch (const Error& e) {

@@ -31,7 +31,7 @@ std::string build_report() {
   std::ostringstream os;
   os << "zerorun " << ZERORUN_VERSION << "\n";
   os << "--------------------------------------------------\n";
-  os << "compiler ............ " << __VERSION__ << "\n";
+  os << "compiler ............ " << ZERORUN_COMPILER << "\n";
   os << "CPU backend ......... yes (OpenMP " << _OPENMP << ", max threads " << omp_get_max_threads() << ")\n";
   os << "BLAS ................ " << openblas_get_config() << "\n";
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING];

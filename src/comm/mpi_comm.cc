@@ -2,6 +2,7 @@
 // with user-defined reduction ops that add in f32 (MPI has no bf16/f16).
 #include <mpi.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 
@@ -10,6 +11,8 @@
 
 namespace zerorun {
 namespace {
+
+std::atomic<int> g_local_rank{-1};
 
 void mpi_check(int rc, const char* what) {
   if (rc == MPI_SUCCESS) return;
@@ -102,6 +105,13 @@ class MpiComm : public Communicator {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    MPI_Comm node = MPI_COMM_NULL;  // the ranks sharing this node's memory
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node) == MPI_SUCCESS &&
+        node != MPI_COMM_NULL) {
+      int local = 0;
+      if (MPI_Comm_rank(node, &local) == MPI_SUCCESS) g_local_rank.store(local);
+      MPI_Comm_free(&node);
+    }
     double timeout = 600;  // 10 minutes, like PyTorch's default collective timeout for NCCL
     if (const char* t = std::getenv("ZERORUN_COMM_TIMEOUT")) {
       char* end = nullptr;
@@ -169,6 +179,8 @@ void mpi_abort_job(int code) {
   if (inited) MPI_Abort(MPI_COMM_WORLD, code);
   std::exit(code);
 }
+
+int mpi_local_rank() { return g_local_rank.load(); }
 
 bool launched_by_mpi() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {

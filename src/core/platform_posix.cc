@@ -128,6 +128,12 @@ int usable_cores() {
   return cores;
 }
 
+std::string host_name() {
+  char hn[256] = {};
+  ::gethostname(hn, sizeof hn - 1);
+  return hn;
+}
+
 bool is_ipv6_literal(const std::string& s) {
   unsigned char v6[16];
   return ::inet_pton(AF_INET6, s.c_str(), v6) == 1;
@@ -312,9 +318,19 @@ uint64_t peak_rss_bytes() {
 void* aligned_alloc(size_t alignment, size_t bytes) { return std::aligned_alloc(alignment, bytes); }
 void aligned_free(void* p) { std::free(p); }
 
+// ---- time ----
+void utc_time(std::time_t t, std::tm* out) { ::gmtime_r(&t, out); }
+
 // ---- environment ----
 void set_env(const std::string& name, const std::string& value) { ::setenv(name.c_str(), value.c_str(), 1); }
 void unset_env(const std::string& name) { ::unsetenv(name.c_str()); }
+
+extern "C" char** environ;
+std::vector<std::string> environment() {
+  std::vector<std::string> out;
+  for (char** e = environ; e && *e; ++e) out.emplace_back(*e);
+  return out;
+}
 
 std::string temp_dir() {
   const char* t = std::getenv("TMPDIR");
@@ -329,9 +345,11 @@ std::string make_temp_dir(const std::string& prefix) {
   return tmpl;
 }
 
+const bool kHaveNccl = true;
+
 // ---- shared libraries ----
-void* load_library(const std::string& name, std::string* err) {
-  void* h = ::dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+void* load_library(const std::string& name, std::string* err, bool global) {
+  void* h = ::dlopen(name.c_str(), RTLD_NOW | (global ? RTLD_GLOBAL : RTLD_LOCAL));
   if (!h && err) {
     const char* e = ::dlerror();
     *err = e ? e : "not found";
@@ -340,5 +358,11 @@ void* load_library(const std::string& name, std::string* err) {
 }
 
 void* library_symbol(void* lib, const char* name) { return ::dlsym(lib, name); }
+
+std::string library_path_of(void* symbol) {
+  Dl_info info{};
+  if (::dladdr(symbol, &info) && info.dli_fname) return info.dli_fname;
+  return "";
+}
 
 }  // namespace zerorun::platform

@@ -287,6 +287,13 @@ int usable_cores() {
   return static_cast<int>(std::max<DWORD>(1, GetActiveProcessorCount(ALL_PROCESSOR_GROUPS)));
 }
 
+std::string host_name() {
+  wchar_t buf[256];
+  DWORD n = 256;
+  if (!GetComputerNameExW(ComputerNameDnsHostname, buf, &n)) return "localhost";
+  return narrow(std::wstring(buf, n));
+}
+
 bool is_ipv6_literal(const std::string& s) {
   IN6_ADDR a{};
   return InetPtonW(AF_INET6, wide(s).c_str(), &a) == 1;
@@ -541,12 +548,24 @@ uint64_t peak_rss_bytes() {
 void* aligned_alloc(size_t alignment, size_t bytes) { return ::_aligned_malloc(bytes, alignment); }
 void aligned_free(void* p) { ::_aligned_free(p); }
 
+// ---- time ----
+void utc_time(std::time_t t, std::tm* out) { ::gmtime_s(out, &t); }
+
 // ---- environment ----
 void set_env(const std::string& name, const std::string& value) {
   // _wputenv_s also updates the process environment block that child processes inherit.
   ::_wputenv_s(wide(name).c_str(), wide(value).c_str());
 }
 void unset_env(const std::string& name) { ::_wputenv_s(wide(name).c_str(), L""); }
+
+std::vector<std::string> environment() {
+  std::vector<std::string> out;
+  wchar_t* block = GetEnvironmentStringsW();
+  for (const wchar_t* e = block; e && *e; e += wcslen(e) + 1)
+    if (*e != L'=') out.push_back(narrow(e));  // "=C:=C:\..." entries are the shell's drive cwds
+  if (block) FreeEnvironmentStringsW(block);
+  return out;
+}
 
 std::string temp_dir() {
   wchar_t buf[MAX_PATH + 2];
@@ -570,8 +589,10 @@ std::string make_temp_dir(const std::string& prefix) {
   ZR_FAIL("cannot create a temporary directory in ", temp_dir());
 }
 
+const bool kHaveNccl = false;
+
 // ---- shared libraries ----
-void* load_library(const std::string& name, std::string* err) {
+void* load_library(const std::string& name, std::string* err, bool) {
   HMODULE h = LoadLibraryW(wide(name).c_str());
   if (!h && err) *err = win_error(GetLastError());
   return reinterpret_cast<void*>(h);
@@ -581,4 +602,16 @@ void* library_symbol(void* lib, const char* name) {
   return reinterpret_cast<void*>(GetProcAddress(static_cast<HMODULE>(lib), name));
 }
 
+}  // namespace zerorun::platform
+
+namespace zerorun::platform {
+std::string library_path_of(void* symbol) {
+  HMODULE mod = nullptr;
+  wchar_t name[MAX_PATH];
+  if (!GetModuleHandleExW(GET_MODULE_HANDLE_EX_FLAG_FROM_ADDRESS | GET_MODULE_HANDLE_EX_FLAG_UNCHANGED_REFCOUNT,
+                          static_cast<LPCWSTR>(symbol), &mod))
+    return "";
+  const DWORD n = GetModuleFileNameW(mod, name, MAX_PATH);
+  return n ? slashes(narrow(std::wstring(name, n))) : "";
+}
 }  // namespace zerorun::platform

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "zerorun/error.h"
+#include "zerorun/platform.h"
 
 namespace zerorun {
 namespace {
@@ -1761,7 +1762,7 @@ class Renderer {
         char buf[128];
         const std::time_t now = std::time(nullptr);
         std::tm tm{};
-        gmtime_r(&now, &tm);
+        platform::utc_time(now, &tm);
         std::strftime(buf, sizeof buf, args.empty() ? "%Y-%m-%d" : to_str(args[0]).c_str(), &tm);
         return Value::str(buf);
       }

@@ -40,6 +40,7 @@ int64_t model_hidden(const Model& m) {
 }  // namespace
 
 int local_rank() {
+  if (const int l = mpi_local_rank(); l >= 0) return l;  // MPI_Comm_split_type(SHARED): every MPI, every platform
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
     if (const char* s = std::getenv(v)) return std::atoi(s);
   return 0;
@@ -89,6 +90,7 @@ std::unique_ptr<Communicator> make_train_comm(TrainOptions& o) {
            o.device, "'");
   std::unique_ptr<Communicator> comm = launched_by_mpi() ? make_mpi_comm() : make_self_comm();
   resolve_auto_device(o, *comm);
+  if (o.comm.empty() && !platform::kHaveNccl) o.comm = "mpi";  // Windows: no NCCL; collectives through host memory
   ZR_CHECK(o.comm != "nccl" || o.device == "cuda", "--comm nccl needs --device cuda (CPU ranks use MPI)",
            o.device_note.empty() ? "" : " (" + o.device_note + ")");
   if (o.device == "cuda" && comm->size() > 1) {

@@ -274,10 +274,10 @@ std::vector<std::string> env_file_paths(const char* ds_env_file, const char* hom
   return paths;
 }
 
-std::vector<EnvVar> job_environment(const std::vector<std::string>& environ,
+std::vector<EnvVar> job_environment(const std::vector<std::string>& vars,
                                     const std::vector<std::string>& env_files) {
   std::vector<EnvVar> env;
-  for (const std::string& e : environ) {
+  for (const std::string& e : vars) {
     const size_t eq = e.find('=');
     if (eq == std::string::npos || !forwarded_name(e.substr(0, eq))) continue;
     set_var(env, {e.substr(0, eq), e.substr(eq + 1), true});
@@ -289,11 +289,8 @@ std::vector<EnvVar> job_environment(const std::vector<std::string>& environ,
   return env;
 }
 
-extern "C" char** environ;
 std::vector<EnvVar> job_environment() {
-  std::vector<std::string> entries;
-  for (char** e = environ; e && *e; ++e) entries.emplace_back(*e);
-  return job_environment(entries, env_file_paths(std::getenv("DS_ENV_FILE"), std::getenv("HOME")));
+  return job_environment(platform::environment(), env_file_paths(std::getenv("DS_ENV_FILE"), std::getenv("HOME")));
 }
 
 bool valid_nic_list(const std::string& nic) {
