@@ -9,7 +9,8 @@
 //   zerorun_attn_probe                       every head size (64, 80, 96, 128, 256) at B 4, H 16, T 2048 (with every
 //                                            tiling and variant of 80..256), multi-head and grouped-query (K 4), a
 //                                            window, a cap, and GPT-2 124M's shape (8, 12, 1024, 64)
-//   zerorun_attn_probe B H K T D [W [CAP]]   one shape (W: sliding window, CAP: soft-cap); K < H also times the
+//   zerorun_attn_probe B H K T D [W [CAP [DOC]]]  one shape (W: sliding window, CAP: soft-cap, DOC: documents of DOC
+//                                            tokens packed into each row, AttnDims::pos); K < H also times the
 //                                            backward with the grouped-query split (flash::tc_backward's gqa_split)
 //   zerorun_attn_probe sweep [B H T]         head size 64: every forward tiling and backward variant (GPT-2 shape)
 #include <cuda_runtime.h>
@@ -34,16 +35,22 @@ using zerorun::probe::event_ms;
 using zerorun::probe::fill_bf16;
 using namespace zerorun::kernels::flash;
 
-// Query-key pairs the causal (windowed) mask keeps, per (batch, head).
-double pairs(int64_t T, int64_t W) {
+// Query-key pairs the causal (windowed, per-document) mask keeps, per (batch, head).
+double pairs(int64_t T, int64_t W, int64_t doc) {
   double n = 0;
-  for (int64_t t = 0; t < T; ++t) n += W > 0 ? std::min<int64_t>(t + 1, W) : t + 1;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t seen = t + 1;
+    if (W > 0) seen = std::min(seen, W);
+    if (doc > 0) seen = std::min(seen, t % doc + 1);
+    n += seen;
+  }
   return n;
 }
 
 struct Shape {
   int64_t B, H, K, T, D, W = 0;
   float cap = 0.f;
+  int64_t doc = 0;  // > 0: documents of this many tokens packed into each row
 };
 
 // Times one shape: forward (tiling fcfg), the one-kernel backward (variant bcfg) and the two-kernel backward.
@@ -51,6 +58,14 @@ void probe(const Shape& s, bool sweep) {
   AttnDims d;
   d.B = s.B, d.T = s.T, d.H = s.H, d.K = s.K, d.D = s.D, d.window = s.W, d.softcap = s.cap;
   d.scale = 1.f / std::sqrt(static_cast<float>(s.D));
+  int32_t* pos = nullptr;
+  if (s.doc > 0) {
+    std::vector<int32_t> hp(s.B * s.T);
+    for (size_t i = 0; i < hp.size(); ++i) hp[i] = static_cast<int32_t>(i % s.T % s.doc);
+    pos = static_cast<int32_t*>(dev_alloc(hp.size() * 4));
+    cudaMemcpy(pos, hp.data(), hp.size() * 4, cudaMemcpyHostToDevice);
+    d.pos = pos;
+  }
   const int64_t n3 = s.B * s.T * d.width(), n = s.B * s.T * d.out_width(), nl = s.B * s.H * s.T;
   auto* qkv = static_cast<uint16_t*>(dev_alloc(n3 * 2));
   auto* out = static_cast<uint16_t*>(dev_alloc(n * 2));
@@ -61,12 +76,13 @@ void probe(const Shape& s, bool sweep) {
   auto* dq_acc = static_cast<float*>(dev_alloc(n3 * 4));
   fill_bf16(qkv, n3, 1);
   fill_bf16(dout, n, 2);
-  const double fl = 4.0 * s.B * s.H * pairs(s.T, s.W) * s.D;
+  const double fl = 4.0 * s.B * s.H * pairs(s.T, s.W, s.doc) * s.D;
   char head[256];
   std::snprintf(head, sizeof head,
                 "\"B\": %lld, \"H\": %lld, \"K\": %lld, \"T\": %lld, \"D\": %lld, \"window\": %lld, "
-                "\"softcap\": %g",
-                (long long)s.B, (long long)s.H, (long long)s.K, (long long)s.T, (long long)s.D, (long long)s.W, s.cap);
+                "\"softcap\": %g, \"doc\": %lld",
+                (long long)s.B, (long long)s.H, (long long)s.K, (long long)s.T, (long long)s.D, (long long)s.W, s.cap,
+                (long long)s.doc);
   // Forward tilings (sweep: all, checked against tiling 0's output and log-sum-exp; else tiling 0).
   std::vector<uint16_t> ref_o(n), o(n);
   std::vector<float> ref_l(nl), l(nl);
@@ -139,6 +155,7 @@ void probe(const Shape& s, bool sweep) {
   std::fflush(stdout);
   for (void* p : {(void*)qkv, (void*)out, (void*)dout, (void*)dqkv, (void*)lse, (void*)delta, (void*)dq_acc})
     cudaFree(p);
+  if (pos) cudaFree(pos);
 }
 }  // namespace
 
@@ -152,14 +169,19 @@ int main(int argc, char** argv) {
       Shape s{std::atoll(argv[1]), std::atoll(argv[2]), std::atoll(argv[3]), std::atoll(argv[4]), std::atoll(argv[5])};
       if (argc > 6) s.W = std::atoll(argv[6]);
       if (argc > 7) s.cap = static_cast<float>(std::atof(argv[7]));
+      if (argc > 8) s.doc = std::atoll(argv[8]);
       probe(s, false);
     } else {
       probe({8, 12, 12, 1024, 64}, false);
       for (int64_t D : {64, 80, 96, 128, 256}) probe({4, 16, 16, 2048, D}, D != 64);  // (64: sweep mode has 21)
       for (int64_t D : {64, 128}) probe({4, 16, 4, 2048, D}, false);
-      probe({16, 14, 2, 1024, 64}, false);               // Qwen2.5-0.5B's attention (14 query heads over 2)
-      probe({4, 16, 4, 2048, 128, 512}, false);          // Mistral-style window
-      probe({4, 16, 16, 2048, 256, 1024, 50.f}, false);  // Gemma 2-style window and cap
+      probe({16, 14, 2, 1024, 64}, false);                // Qwen2.5-0.5B's attention (14 query heads over 2)
+      probe({4, 16, 4, 2048, 128, 512}, false);           // Mistral-style window
+      probe({4, 16, 16, 2048, 256, 1024, 50.f}, false);   // Gemma 2-style window and cap
+      probe({4, 12, 2, 4096, 128, 0, 0.f}, false);        // Qwen2.5-1.5B's heads at T 4096
+      probe({2, 32, 8, 2048, 128}, false);                // Llama-3-8B's heads
+      probe({4, 12, 2, 4096, 128, 0, 0.f, 512}, false);   // the same, documents of 512 packed (pos)
+      probe({4, 12, 2, 4096, 128, 0, 0.f, 4096}, false);  // pos of one document a row: the cost of the pos path
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zerorun_attn_probe: %s\n", e.what());

@@ -780,13 +780,15 @@ void ln_fwd(const float* x, const float* w, const float* b, Y* y, float* mean, f
 }
 
 // ---- attention helpers: warp per row of [rows, T] ---------------------------------
-// Row t's scores s0(t) .. t (the sliding window's first key, or 0) soft-capped where asked, then the softmax; zeros
-// elsewhere.
-__global__ void k_causal_softmax(float* P, int64_t rows, int64_t T, int64_t window, float softcap) {
+// Row t's scores s0(t) .. t (the sliding window's first key, or 0; pos [B, T] non-null: no key before t's document,
+// t - pos[b, t]; rows are [B, H, T]) soft-capped where asked, then the softmax; zeros elsewhere.
+__global__ void k_causal_softmax(float* P, int64_t rows, int64_t T, int64_t window, float softcap, const int32_t* pos,
+                                 int64_t H) {
   int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32;
   int lane = threadIdx.x & 31;
   if (row >= rows) return;
   int64_t t = row % T, s0 = window > 0 && t >= window ? t - window + 1 : 0;
+  if (pos) s0 = max(s0, t - (int64_t)pos[row / (H * T) * T + t]);
   float* p = P + row * T;
   float mx = -INFINITY;
   for (int64_t s = s0 + lane; s <= t; s += 32) {
@@ -1506,7 +1508,8 @@ class CudaBackend : public Backend {
         gemm_strided(false, true, T, T, D, d.scale, x + r * D, W, rep * D, x + H * D, W, D, 0.f, P + r * TT, T,
                      rep * TT, K);
     }
-    k_causal_softmax<<<rows_grid(d.B * H * T), kTpb, 0, cuda::stream()>>>(probs, d.B * H * T, T, d.window, d.softcap);
+    k_causal_softmax<<<rows_grid(d.B * H * T), kTpb, 0, cuda::stream()>>>(probs, d.B * H * T, T, d.window, d.softcap,
+                                                                          d.pos, H);
     ZR_CUDA(cudaGetLastError());
     for (int64_t b = 0; b < d.B; ++b) {
       const float* x = qkv + b * T * W;

@@ -4,9 +4,11 @@
 // backward recomputes the probabilities tile by tile: one pass per key row
 // for dK/dV (over every query head of its key/value head), one per query row
 // for dQ (no atomics). Memory is O(B*H*T). Grouped-query key/value heads are
-// read in place; the scale, sliding window and soft-capping follow
-// cpu::AttnDims, and tiles wholly outside a window are skipped.
+// read in place; the scale, sliding window, soft-capping and per-document
+// masking (pos) follow cpu::AttnDims, and tiles wholly outside every row's
+// window or document are skipped.
 #include <cfloat>
+#include <climits>
 
 #include "cuda_check.h"
 #include "flash_attention.h"
@@ -19,15 +21,30 @@ struct Dims {
   int T, H, K, D, W, O, rep;  // W: a qkv row, O: an output row
   float scale, softcap;
   int window;
+  const int32_t* pos;  // [B, T] positions in the documents, or null
 };
 Dims dims(const AttnDims& d) {
-  return {(int)d.T,           (int)d.H,     (int)d.K, (int)d.D,  (int)d.width(),
-          (int)d.out_width(), (int)d.rep(), d.scale,  d.softcap, (int)d.window};
+  return {(int)d.T,     (int)d.H, (int)d.K,  (int)d.D,      (int)d.width(), (int)d.out_width(),
+          (int)d.rep(), d.scale,  d.softcap, (int)d.window, d.pos};
 }
-// Whether query t sees key s.
-__device__ inline bool visible(const Dims& p, int t, int s) { return s <= t && (p.window == 0 || t - s < p.window); }
-// The first key any of queries q0.. sees.
-__device__ inline int first_key(const Dims& p, int q0) { return p.window > 0 ? max(0, q0 - p.window + 1) : 0; }
+// The first key query t of batch row b sees (window and document).
+__device__ inline int first_key(const Dims& p, int b, int t) {
+  int f = p.window > 0 ? max(0, t - p.window + 1) : 0;
+  if (p.pos) f = max(f, t - p.pos[(size_t)b * p.T + t]);
+  return f;
+}
+// The first key any of the block's query rows q0 + threadIdx.x (< T) sees: the block's minimum of `f` (INT_MAX for
+// a thread without a row).
+__device__ inline int block_min(int f) {
+  __shared__ int m;
+  if (threadIdx.x == 0) m = INT_MAX;
+  __syncthreads();
+  atomicMin(&m, f);
+  __syncthreads();
+  const int r = m;
+  __syncthreads();  // (m is reused by the next call)
+  return r;
+}
 // The score from the scaled q.k: soft-capped where asked; *dcap = its derivative.
 __device__ inline float capped(const Dims& p, float x, float* dcap) {
   if (p.softcap <= 0.f) {
@@ -74,12 +91,12 @@ __global__ void k_fwd(const float* qkv, float* out, float* lse, Dims p) {
   }
   float m = -FLT_MAX, l = 0.f;
   const int last = min(p.T - 1, q0 + TILE - 1);  // causal: keys up to the tile's last query
-  for (int s0 = first_key(p, q0); s0 <= last; s0 += TILE) {
+  const int f = active ? first_key(p, b, t) : INT_MAX;
+  for (int s0 = block_min(f); s0 <= last; s0 += TILE) {
     load_kv_tile<HS>(Ks, Vs, base, s0, p, g);
     if (!active) continue;
     const int smax = min(TILE, t - s0 + 1);
-    for (int r = 0; r < smax; ++r) {
-      if (!visible(p, t, s0 + r)) continue;
+    for (int r = max(0, f - s0); r < smax; ++r) {
       float sc = 0.f, dc;
 #pragma unroll
       for (int i = 0; i < HS; ++i) sc += q[i] * Ks[r][i];
@@ -125,6 +142,7 @@ __global__ void k_bwd_kv(const float* qkv, const float* dout, const float* lse, 
   constexpr int TILE = kTileOf<HS>;
   const int b = blockIdx.z, g = blockIdx.y, k0 = blockIdx.x * TILE, s = k0 + threadIdx.x;
   __shared__ float Qs[TILE][HS], dOs[TILE][HS], Ls[TILE], Ds[TILE];
+  __shared__ int Fs[TILE];  // the first key each query of the tile sees
   float k[HS], v[HS], dk[HS], dv[HS];
   const bool active = s < p.T;
   const float* base = qkv + (size_t)b * p.T * p.W;
@@ -151,12 +169,13 @@ __global__ void k_bwd_kv(const float* qkv, const float* dout, const float* lse, 
         int t = t0 + threadIdx.x;
         Ls[threadIdx.x] = t < p.T ? L[t] : 0.f;
         Ds[threadIdx.x] = t < p.T ? Dl[t] : 0.f;
+        Fs[threadIdx.x] = t < p.T ? first_key(p, b, t) : INT_MAX;
       }
       __syncthreads();
       if (!active) continue;
       for (int r = 0; r < TILE; ++r) {
         int t = t0 + r;
-        if (t >= p.T || !visible(p, t, s)) continue;
+        if (t >= p.T || s > t || s < Fs[r]) continue;
         float sc = 0.f, dp = 0.f, dc;
 #pragma unroll
         for (int i = 0; i < HS; ++i) {
@@ -203,12 +222,12 @@ __global__ void k_bwd_q(const float* qkv, const float* dout, const float* lse, c
   const float Lt = active ? lse[((size_t)b * p.H + h) * p.T + t] : 0.f;
   const float Dt = active ? delta[((size_t)b * p.H + h) * p.T + t] : 0.f;
   const int last = min(p.T - 1, q0 + TILE - 1);
-  for (int s0 = first_key(p, q0); s0 <= last; s0 += TILE) {
+  const int f = active ? first_key(p, b, t) : INT_MAX;
+  for (int s0 = block_min(f); s0 <= last; s0 += TILE) {
     load_kv_tile<HS>(Ks, Vs, base, s0, p, g);
     if (!active) continue;
     const int smax = min(TILE, t - s0 + 1);
-    for (int r = 0; r < smax; ++r) {
-      if (!visible(p, t, s0 + r)) continue;
+    for (int r = max(0, f - s0); r < smax; ++r) {
       float sc = 0.f, dp = 0.f, dc;
 #pragma unroll
       for (int i = 0; i < HS; ++i) {

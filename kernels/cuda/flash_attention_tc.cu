@@ -12,9 +12,12 @@
 // head h reads key/value head h / (H / K) in place; the key/value kernels of
 // the backward run over the key/value heads and add the gradient of every
 // query head of the group in registers. Options (cpu::AttnDims): any scale, a
-// sliding window (key tiles wholly outside every row's window are skipped, the
-// rest masked), Gemma 2's soft-capping (the backward recovers tanh from the
-// probability: logit = log2(p) + lse). The softmax runs on exp2 of the scores
+// sliding window and per-document masking of packed sequences (pos: no key
+// before the query's document; each row's first key is the later of the two;
+// key tiles wholly before every row's first key or after every row are
+// skipped, the rest masked; the key-block backward ends at the last query
+// whose document starts by its last key), Gemma 2's soft-capping (the backward
+// recovers tanh from the probability: logit = log2(p) + lse). The softmax runs on exp2 of the scores
 // times log2(e) * scale. The forward's tilings are swept by bench/attn_probe.cc
 // (at head size 64 training uses 32 query rows a warp, 4 warps, 64-key tiles, Q
 // re-read from shared memory). Blocks take every head's longest tile first
@@ -29,6 +32,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 
@@ -58,6 +62,7 @@ struct TcDims {
   bool cap;
   int split;  // key-block backward: blocks a key/value head's query heads are split over (1, or rep: one each, dK
               // and dV then added with atomics into an f32 accumulator)
+  const int32_t* pos;  // [B, T]: each token's position in its document (null: one document a row)
 };
 TcDims tc_dims(const AttnDims& d) {
   TcDims p;
@@ -70,7 +75,17 @@ TcDims tc_dims(const AttnDims& d) {
   p.inv_post = p.cap ? 1.f / p.post : 0.f;
   p.scale = d.scale;
   p.split = 1;
+  p.pos = d.pos;
   return p;
+}
+// Whether a call needs the kernels' option variant (OPT): a window, a cap or documents.
+bool needs_opt(const TcDims& p) { return p.window > 0 || p.cap || p.pos; }
+
+// The first key query t (< T) of batch row b sees: the window's and, with pos, its document's.
+__device__ inline int first_key(const TcDims& p, int window, int b, int t) {
+  int f = window > 0 ? max(0, t - window + 1) : 0;
+  if (p.pos) f = max(f, t - p.pos[(size_t)b * p.T + t]);
+  return f;
 }
 
 // ---- PTX wrappers ----------------------------------------------------------------
@@ -336,8 +351,8 @@ __device__ inline int3 tile_of_block() {
   return make_int3(lin / nbh, bh % gridDim.y, bh / gridDim.y);
 }
 
-// Whether query t sees key s.
-__device__ inline bool hidden(int t, int s, int window) { return s > t || (window > 0 && t - s >= window); }
+// Whether query t, whose first key is f, does not see key s.
+__device__ inline bool hidden(int t, int s, int f) { return s > t || s < f; }
 
 // ---- forward ------------------------------------------------------------------------
 // Templated on the tiling (a sweep for bench/attn_probe.cc): MT m16 tiles of query rows per warp (MT = 2: every
@@ -415,8 +430,8 @@ __device__ inline void mm_pv(AccO<HS> (&acc)[MT], const AccN<NT> (&p)[MT], const
   }
 }
 
-// OPT: the sliding window and soft-capping compiled in (else p.window and p.cap are ignored: plain causal attention,
-// fewer registers).
+// OPT: the sliding window, soft-capping and documents compiled in (else p.window, p.cap and p.pos are ignored: plain
+// causal attention, fewer registers).
 template <bool BF, int HS, int MT, int NW, int KT, bool QR, int MB, bool LPT, bool OPT>
 __global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMinBlocks))
     k_fwd(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, TcDims p) {
@@ -437,8 +452,30 @@ __global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMin
   const uint16_t* xb = qkv + (size_t)b * T * ld;
   const uint16_t* qh = xb + h * HS;
   const uint16_t *kh = xb + (p.H + g) * HS, *vh = xb + (p.H + p.K + g) * HS;
-  // Key tiles from the one holding the block's first query's first key to the one holding its last query.
-  const int j0 = window > 0 ? max(0, q0 - window + 1) / KT : 0;
+  // OPT: the first key each of this lane's rows sees (T for a row past T: every key hidden), the least over the
+  // warp's rows, the largest over each m-tile's rows, and the least over the block's rows.
+  int fr[MT][2], mmax[MT], wmin = 0, j0 = 0;
+  if constexpr (OPT) {
+    __shared__ int bmin[NW];
+    int lo = INT_MAX;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int t = w0 + mt * 16 + gr + 8 * r;
+        fr[mt][r] = t < T ? first_key(p, window, b, t) : T;
+        lo = min(lo, fr[mt][r]);
+      }
+      mmax[mt] = __reduce_max_sync(0xffffffffu, max(fr[mt][0], fr[mt][1]));
+    }
+    wmin = __reduce_min_sync(0xffffffffu, lo);
+    if (lane == 0) bmin[warp] = wmin;
+    __syncthreads();
+    int m = bmin[0];
+#pragma unroll
+    for (int w = 1; w < NW; ++w) m = min(m, bmin[w]);
+    j0 = m / KT;  // key tiles from the one holding the block's least first key to the one holding its last query
+  }
   const int nk = (min(T, q0 + BQ) + KT - 1) / KT;
   const float f = cap ? 1.f : p.qk;  // logits -> log2 domain (capped ones already are)
   load_tile<HS, BQ>(Qs, qh, ld, q0, T);
@@ -470,8 +507,8 @@ __global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMin
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) load_frag<HS>(qf[QR ? mt : 0], Qs + (warp * QW + mt * 16) * LD, lane);
     const int k0 = j * KT;
-    // Else every key of the tile is after all of the warp's queries, or before all of their windows.
-    if (k0 <= w0 + QW - 1 && !(window > 0 && w0 - (k0 + KT - 1) >= window)) {
+    // Else every key of the tile is after all of the warp's queries, or before all of their first keys.
+    if (k0 <= w0 + QW - 1 && !(OPT && k0 + KT - 1 < wmin)) {
       mm_qk<BF, HS, MT, NT, QR>(s, qf, Qs + warp * QW * LD, Ks + buf * KT * LD, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -481,13 +518,14 @@ __global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMin
           for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e) s[mt][n][e] = capped(s[mt][n][e], p);
-        // The tile reaches past this m-tile's first query, or before its last query's window: mask.
-        if (k0 + KT - 1 > r0 || (window > 0 && r0 + 15 - k0 >= window))
+        // The tile reaches past this m-tile's first query, or before a query's first key: mask.
+        if (k0 + KT - 1 > r0 || (OPT && k0 < mmax[mt]))
 #pragma unroll
           for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              if (hidden(r0 + gr + 8 * (e >> 1), k0 + 8 * n + 2 * t4 + (e & 1), window)) s[mt][n][e] = -INFINITY;
+              if (hidden(r0 + gr + 8 * (e >> 1), k0 + 8 * n + 2 * t4 + (e & 1), OPT ? fr[mt][e >> 1] : 0))
+                s[mt][n][e] = -INFINITY;
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           float mx = -INFINITY;
@@ -575,25 +613,66 @@ __device__ inline int kv_tiles_end(int k0, int keys, int T, int window) {
   return window > 0 ? min(nt, (k0 + keys - 1 + window - 1) / BR + 1) : nt;
 }
 
-// Row terms of query tile `t0` into shared memory: L = lse * log2(e) (+inf past T: p = 0), D = delta (0 past T).
-__device__ inline void load_row_terms(float* Ls, float* Ds, const float* lse, const float* delta, int t0, int T) {
+// With the window or documents (OPT), the key-block kernels keep per query tile the first key each query sees (Fs:
+// [2][BR]) and the least and largest of them (Fb: [2][2]) in shared memory after the row terms.
+constexpr size_t kRowSmem = sizeof(float) * 4 * BR + sizeof(int) * (2 * BR + 4);
+
+// Row terms of query tile `t0` into shared memory: L = lse * log2(e) (+inf past T: p = 0), D = delta (0 past T);
+// OPT: Fs, Fb of the tile (a query past T: T, every key hidden).
+template <bool OPT>
+__device__ inline void load_row_terms(float* Ls, float* Ds, int* Fs, int* Fb, const float* lse, const float* delta,
+                                      int t0, const TcDims& p, int b) {
+  const int T = p.T;
   for (int i = threadIdx.x; i < BR; i += blockDim.x) {
     const int t = t0 + i;
     Ls[i] = t < T ? lse[t] * kLog2e : INFINITY;
     Ds[i] = t < T ? delta[t] : 0.f;
   }
+  if constexpr (OPT) {
+    if (threadIdx.x < 32) {
+      int lo = INT_MAX, hi = 0;
+#pragma unroll
+      for (int i = threadIdx.x; i < BR; i += 32) {
+        const int t = t0 + i, f = t < T ? first_key(p, p.window, b, t) : T;
+        Fs[i] = f;
+        lo = min(lo, f);
+        hi = max(hi, f);
+      }
+      lo = __reduce_min_sync(0xffffffffu, lo);
+      hi = __reduce_max_sync(0xffffffffu, hi);
+      if (threadIdx.x == 0) Fb[0] = lo, Fb[1] = hi;
+    }
+  }
 }
 // Iteration it's Q, dO tiles and row terms into buffer `buf` (one cp.async group).
-template <int HS>
-__device__ inline void load_q_iter(uint16_t* Qs, uint16_t* dOs, float* Ls, float* Ds, int buf, const uint16_t* xb,
-                                   const uint16_t* db, const float* lse, const float* delta, const TcDims& p, int b,
-                                   KvIter it) {
+template <int HS, bool OPT>
+__device__ inline void load_q_iter(uint16_t* Qs, uint16_t* dOs, float* Ls, float* Ds, int* Fs, int* Fb, int buf,
+                                   const uint16_t* xb, const uint16_t* db, const float* lse, const float* delta,
+                                   const TcDims& p, int b, KvIter it) {
   constexpr int TILE = TileOf<HS>;
   load_tile<HS>(Qs + buf * TILE, xb + it.h * HS, p.W, it.j * BR, p.T);
   load_tile<HS>(dOs + buf * TILE, db + it.h * HS, p.O, it.j * BR, p.T);
   cp_commit();
   const size_t row = ((size_t)b * p.H + it.h) * p.T;
-  load_row_terms(Ls + buf * BR, Ds + buf * BR, lse + row, delta + row, it.j * BR, p.T);
+  load_row_terms<OPT>(Ls + buf * BR, Ds + buf * BR, Fs + buf * BR, Fb + buf * 2, lse + row, delta + row, it.j * BR, p,
+                      b);
+}
+// The query tiles after j0 whose queries see a key of [k0, k0 + keys) (kv_tiles_end), with documents (OPT, pos) to
+// the tile of the last query whose document starts by the block's last key (a scan over the later queries).
+template <bool OPT>
+__device__ inline int kv_tiles_end_opt(int k0, int keys, const TcDims& p, int window, int b) {
+  const int nt = kv_tiles_end(k0, keys, p.T, window);
+  if (!OPT || !p.pos) return nt;
+  __shared__ int last;
+  if (threadIdx.x == 0) last = k0;
+  __syncthreads();
+  const int klast = min(k0 + keys, p.T) - 1, tend = min(p.T, nt * BR);
+  int mx = -1;
+  for (int t = k0 + threadIdx.x; t < tend; t += blockDim.x)
+    if (t - p.pos[(size_t)b * p.T + t] <= klast) mx = t;
+  if (mx >= 0) atomicMax(&last, mx);
+  __syncthreads();
+  return min(nt, last / BR + 1);
 }
 
 // dQ rows warp*16 .. +15 of the query tile starting at row q0: dS (queries x the block's KEYS keys; dS^T in shared
@@ -626,47 +705,54 @@ __device__ inline void add_dq(AccN<NC / 8>& acc, const uint16_t* dSs, const uint
 // each warp's dS^T rows go to shared memory, and the block's dQ for the query tile, dS K over its 64 keys, is
 // added into an f32 accumulator [B, H, T, HS] with float2 atomics (k_dq_out writes it into the qkv gradient).
 // Faster than k_bwd_kv<false> + k_bwd_q, but the order of the additions into dQ varies from run to run.
-// NB: Q / dO buffers (2: the next query tile loads during this one; 1 at head size 256, for shared memory).
-template <int HS, bool DQ, int NB>
+// NB: Q / dO buffers (2: the next query tile loads during this one; 1 at head size 256, for shared memory). KW: warps
+// of 16 keys a block (4: 64 keys; 8: 128 keys, so every Q / dO tile loaded and every dQ atomic serves twice the keys).
+template <int HS, bool DQ, int NB, int KW = kWarps>
 constexpr size_t kv_smem() {
-  return 2 * (size_t)((2 + 2 * NB + (DQ ? 1 : 0)) * TileOf<HS>)+sizeof(float) * 4 * BR;
+  return 2 * (size_t)((2 + (DQ ? 1 : 0)) * 16 * KW * LDof<HS> + 2 * NB * TileOf<HS>)+kRowSmem;
 }
 
 // CS = 2: two warps a 16-key row group, each accumulating half of dK's and dV's columns (both compute the group's
 // S^T and dP^T: 7 products' work for 5, but half the accumulator registers; head size 256 spills without it);
 // A operands of those products then come from shared memory a k-chunk at a time.
 template <bool BF, int HS, bool DQ, int MB = 3, bool FX = true, bool LPT = false, int NB = 2, bool OPT = false,
-          int CS = 1, bool SP = false>
-__global__ void __launch_bounds__(32 * kWarps * CS, MB)
+          int CS = 1, bool SP = false, int KW = kWarps>
+__global__ void __launch_bounds__(32 * KW * CS, MB)
     k_bwd_kv(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
              uint16_t* dqkv16, float* dq_acc, float* dkv_acc, TcDims p, bool acc) {
-  constexpr int LD = LDof<HS>, TILE = TileOf<HS>;
+  static_assert(CS == 1 || KW == kWarps, "the dK / dV column split takes 64-key blocks");
+  constexpr int LD = LDof<HS>, TILE = TileOf<HS>, KEYS = 16 * KW, KTILE = KEYS * LD;
   extern __shared__ __align__(128) uint16_t sm[];
-  uint16_t* Ks = sm;
-  uint16_t* Vs = Ks + TILE;
-  uint16_t* Qs = Vs + TILE;                                     // [NB][BR][LD]
-  uint16_t* dOs = Qs + NB * TILE;                               // [NB][BR][LD]
-  uint16_t* dSs = dOs + NB * TILE;                              // DQ: [BR keys][LD], dS^T of the query tile
-  float* Ls = reinterpret_cast<float*>(dSs + (DQ ? TILE : 0));  // [2][BR]
-  float* Ds = Ls + 2 * BR;                                      // [2][BR]
+  uint16_t* Ks = sm;                                             // [KEYS][LD]
+  uint16_t* Vs = Ks + KTILE;                                     // [KEYS][LD]
+  uint16_t* Qs = Vs + KTILE;                                     // [NB][BR][LD]
+  uint16_t* dOs = Qs + NB * TILE;                                // [NB][BR][LD]
+  uint16_t* dSs = dOs + NB * TILE;                               // DQ: [KEYS][LD], dS^T of the query tile
+  float* Ls = reinterpret_cast<float*>(dSs + (DQ ? KTILE : 0));  // [2][BR]
+  float* Ds = Ls + 2 * BR;                                       // [2][BR]
+  int* Fs = reinterpret_cast<int*>(Ds + 2 * BR);                 // OPT: [2][BR]
+  int* Fb = Fs + 2 * BR;                                         // OPT: [2][2]
   const int3 tile = tile_of_block<LPT>();
   const int T = p.T, window = OPT ? p.window : 0;
   const bool cap = OPT && p.cap;
-  const int kt = tile.x;  // key tile 0 has the most query tiles
-  const int b = tile.z, k0 = kt * BR;
+  const int kt = tile.x;  // key block 0 has the most query tiles
+  const int b = tile.z, k0 = kt * KEYS, j0 = k0 / BR;
   const int2 heads = SP ? kv_heads(tile.y, p) : make_int2(tile.y, tile.y * p.rep);
   const int g = heads.x, h0 = heads.y;
   constexpr int HC = HS / CS;  // dK / dV columns a warp accumulates
   const int lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
-  const int warp = threadIdx.x / 32 % kWarps, half = threadIdx.x / 32 / kWarps;  // key row group, column part
-  const int kw = k0 + warp * 16;                                                 // the warp's first key
+  const int warp = threadIdx.x / 32 % KW, half = threadIdx.x / 32 / KW;  // key row group, column part
+  const int kw = k0 + warp * 16;                                         // the warp's first key
+  // dQ (DQ): the query tile's rows in groups of 16 a warp (kWarps groups), its columns in QPARTS parts.
+  constexpr int QPARTS = CS * KW / kWarps, NCQ = HS / QPARTS;
+  const int qrow = warp % kWarps, qpart = CS > 1 ? half : warp / kWarps;
   const int64_t ld = p.W;
   const uint16_t* xb = qkv + (size_t)b * T * ld;
   const uint16_t* db = dout + (size_t)b * T * p.O;
-  const int nj = kv_tiles_end(k0, BR, T, window) - kt, n_it = (SP ? p.rep / p.split : p.rep) * nj;
-  load_tile<HS>(Ks, xb + (p.H + g) * HS, ld, k0, T);
-  load_tile<HS>(Vs, xb + (p.H + p.K + g) * HS, ld, k0, T);
-  load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, kv_iter(0, h0, kt, nj));
+  const int nj = kv_tiles_end_opt<OPT>(k0, KEYS, p, window, b) - j0, n_it = (SP ? p.rep / p.split : p.rep) * nj;
+  load_tile<HS, KEYS>(Ks, xb + (p.H + g) * HS, ld, k0, T);
+  load_tile<HS, KEYS>(Vs, xb + (p.H + p.K + g) * HS, ld, k0, T);
+  load_q_iter<HS, OPT>(Qs, dOs, Ls, Ds, Fs, Fb, 0, xb, db, lse, delta, p, b, kv_iter(0, h0, j0, nj));
   AccN<HC / 8> dk, dv;
   AccS s, dp;
   constexpr bool KS = CS > 1 || HS > 128;  // K / V rows read a k-chunk at a time (no fragments held)
@@ -675,24 +761,26 @@ __global__ void __launch_bounds__(32 * kWarps * CS, MB)
   zero(dk);
   zero(dv);
   for (int i = 0; i < n_it; ++i) {
-    const KvIter it = kv_iter(i, h0, kt, nj);
+    const KvIter it = kv_iter(i, h0, j0, nj);
     const int buf = NB == 2 ? i & 1 : 0;
     if (NB == 2 && i + 1 < n_it) {
-      load_q_iter<HS>(Qs, dOs, Ls, Ds, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, h0, kt, nj));
+      load_q_iter<HS, OPT>(Qs, dOs, Ls, Ds, Fs, Fb, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, h0, j0, nj));
       cp_wait<1>();
     } else {
-      if (NB == 1 && i > 0) load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, it);
+      if (NB == 1 && i > 0) load_q_iter<HS, OPT>(Qs, dOs, Ls, Ds, Fs, Fb, 0, xb, db, lse, delta, p, b, it);
       cp_wait<0>();
     }
     __syncthreads();
     const uint16_t* Qb = Qs + buf * TILE;
     const uint16_t* dOb = dOs + buf * TILE;
-    const float* Lb = Ls + (NB == 2 ? buf : 0) * BR;
-    const float* Db = Ds + (NB == 2 ? buf : 0) * BR;
+    const int rb = NB == 2 ? buf : 0;
+    const float* Lb = Ls + rb * BR;
+    const float* Db = Ds + rb * BR;
+    const int* Fq = Fs + rb * BR;
     const int q0 = it.j * BR;
     // Whether some query of the tile sees some key of the warp (else dS^T = 0), and whether the tile needs a mask.
-    const bool live = q0 + BR - 1 >= kw && !(window > 0 && q0 - (kw + 15) >= window);
-    const bool masked_tile = q0 < kw + 15 || (window > 0 && q0 + BR - 1 - kw >= window);
+    const bool live = q0 + BR - 1 >= kw && !(OPT && Fb[2 * rb] > kw + 15);
+    const bool masked_tile = q0 < kw + 15 || (OPT && Fb[2 * rb + 1] > kw);
     if (live) {
       if constexpr (KS) {
         mm_abt_s<BF, HS>(s, Ks + warp * 16 * LD, Qb, lane);  // S^T (keys x queries)
@@ -705,7 +793,7 @@ __global__ void __launch_bounds__(32 * kWarps * CS, MB)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int c = 8 * n + 2 * t4 + (e & 1);  // query within the tile
-          const bool masked = masked_tile && hidden(q0 + c, kw + gr + 8 * (e >> 1), window);
+          const bool masked = masked_tile && hidden(q0 + c, kw + gr + 8 * (e >> 1), OPT ? Fq[c] : 0);
           const float x = cap ? capped(s[n][e], p) - Lb[c] : s[n][e] * p.qk - Lb[c];
           s[n][e] = masked ? 0.f : FX ? ex2(x) : exp2f(x);  // P^T
         }
@@ -737,9 +825,9 @@ __global__ void __launch_bounds__(32 * kWarps * CS, MB)
             *reinterpret_cast<uint32_t*>(dSs + (warp * 16 + gr + 8 * rh) * LD + 8 * n + 2 * t4) =
                 pack2<BF>(dp[n][2 * rh], dp[n][2 * rh + 1]);
       __syncthreads();
-      AccN<HC / 8> dq;
-      add_dq<BF, HS, BR, HC>(dq, dSs, Ks + half * HC, dq_acc + ((size_t)b * p.H + it.h) * T * HS + half * HC, q0, T,
-                             warp, lane);
+      AccN<NCQ / 8> dq;
+      add_dq<BF, HS, KEYS, NCQ>(dq, dSs, Ks + qpart * NCQ, dq_acc + ((size_t)b * p.H + it.h) * T * HS + qpart * NCQ, q0,
+                                T, qrow, lane);
     }
     __syncthreads();
   }
@@ -763,8 +851,7 @@ __global__ void __launch_bounds__(32 * kWarps * CS, MB)
 // whole kernel (else re-read from shared memory every product).
 constexpr int KB2 = 2 * BR;  // keys a block
 constexpr int HS2 = 64;      // its head size
-constexpr size_t kKv2Smem =
-    2 * (size_t)(2 * KB2 * LDof<HS2> + 4 * TileOf<HS2> + KB2 * LDof<HS2>)+sizeof(float) * 4 * BR;
+constexpr size_t kKv2Smem = 2 * (size_t)(2 * KB2 * LDof<HS2> + 4 * TileOf<HS2> + KB2 * LDof<HS2>)+kRowSmem;
 
 template <bool BF, int QH, bool KR, int MB, bool LPT, bool OPT, bool SP = false>
 __global__ void __launch_bounds__(32 * kWarps, MB)
@@ -780,6 +867,8 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   uint16_t* dSs = dOs + 2 * TILE;                        // [KB2 keys][LD]: dS^T of the query tile
   float* Ls = reinterpret_cast<float*>(dSs + KB2 * LD);  // [2][BR]
   float* Ds = Ls + 2 * BR;                               // [2][BR]
+  int* Fs = reinterpret_cast<int*>(Ds + 2 * BR);         // OPT: [2][BR]
+  int* Fb = Fs + 2 * BR;                                 // OPT: [2][2]
   const int3 tile = tile_of_block<LPT>();
   const int T = p.T, window = OPT ? p.window : 0;
   const bool cap = OPT && p.cap;
@@ -792,10 +881,10 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   const int64_t ld = p.W;
   const uint16_t* xb = qkv + (size_t)b * T * ld;
   const uint16_t* db = dout + (size_t)b * T * p.O;
-  const int nj = kv_tiles_end(k0, KB2, T, window) - j0, n_it = (SP ? p.rep / p.split : p.rep) * nj;
+  const int nj = kv_tiles_end_opt<OPT>(k0, KB2, p, window, b) - j0, n_it = (SP ? p.rep / p.split : p.rep) * nj;
   load_tile<HS, KB2>(Ks, xb + (p.H + g) * HS, ld, k0, T);
   load_tile<HS, KB2>(Vs, xb + (p.H + p.K + g) * HS, ld, k0, T);
-  load_q_iter<HS>(Qs, dOs, Ls, Ds, 0, xb, db, lse, delta, p, b, kv_iter(0, h0, j0, nj));
+  load_q_iter<HS, OPT>(Qs, dOs, Ls, Ds, Fs, Fb, 0, xb, db, lse, delta, p, b, kv_iter(0, h0, j0, nj));
   AccO<HS> dk[2], dv[2];
   Frag<HS> kf[KR ? 2 : 1], vf[KR ? 2 : 1];  // unused without KR
 #pragma unroll
@@ -804,7 +893,7 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
     const KvIter it = kv_iter(i, h0, j0, nj);
     const int buf = i & 1;
     if (i + 1 < n_it) {
-      load_q_iter<HS>(Qs, dOs, Ls, Ds, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, h0, j0, nj));
+      load_q_iter<HS, OPT>(Qs, dOs, Ls, Ds, Fs, Fb, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, h0, j0, nj));
       cp_wait<1>();
     } else {
       cp_wait<0>();
@@ -820,12 +909,14 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
     const uint16_t* dOb = dOs + buf * TILE;
     const float* Lb = Ls + buf * BR;
     const float* Db = Ds + buf * BR;
+    const int* Fq = Fs + buf * BR;
+    const int fmin = OPT ? Fb[2 * buf] : 0, fmax = OPT ? Fb[2 * buf + 1] : 0;  // (of the whole 64-query tile)
 #pragma unroll
     for (int hf = 0; hf < BR / QH; ++hf) {
       const int q0 = it.j * BR + hf * QH;  // the part's first query
       AccN<NQ> s[2], dp[2];                // P^T, then dS^T (the warp's 32 keys x QH queries)
-      // Every query before every key of the warp, or past every key's window: all masked.
-      if (q0 + QH - 1 < kw || (window > 0 && q0 - (kw + 31) >= window)) {
+      // Every query before every key of the warp, or every key before every query's first key: all masked.
+      if (q0 + QH - 1 < kw || (OPT && fmin > kw + 31)) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -836,7 +927,7 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
         const uint16_t* Qh = Qb + hf * QH * LD;
         const uint16_t* dOh = dOb + hf * QH * LD;
         mm_qk<BF, HS, 2, NQ, KR>(s, kf, Ks + warp * 32 * LD, Qh, lane);  // S^T = K Q^T
-        const bool diag = q0 < kw + 31 || (window > 0 && q0 + QH - 1 - kw >= window);
+        const bool diag = q0 < kw + 31 || (OPT && fmax > kw);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -844,7 +935,7 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int c = hf * QH + 8 * n + 2 * t4 + (e & 1);  // query within the tile
-              const bool masked = diag && hidden(it.j * BR + c, kw + mt * 16 + gr + 8 * (e >> 1), window);
+              const bool masked = diag && hidden(it.j * BR + c, kw + mt * 16 + gr + 8 * (e >> 1), OPT ? Fq[c] : 0);
               const float x = cap ? capped(s[mt][n][e], p) - Lb[c] : s[mt][n][e] * p.qk - Lb[c];
               s[mt][n][e] = masked ? 0.f : ex2(x);  // P^T
             }
@@ -969,7 +1060,22 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   const uint16_t* xb = qkv + (size_t)b * T * ld;
   const uint16_t* qh = xb + h * HS;
   const uint16_t *kh = xb + (p.H + g) * HS, *vh = xb + (p.H + p.K + g) * HS;
-  const int j0 = window > 0 ? max(0, q0 - window + 1) / BR : 0;
+  // OPT: the first key each of this lane's two rows sees (T past T), the least and largest over the warp's rows, and
+  // the block's least (its first key tile).
+  int fr[2], wmin = 0, wmax = 0, j0 = 0;
+  if constexpr (OPT) {
+    __shared__ int bmin[kWarps];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int tq = w0 + gr + 8 * r;
+      fr[r] = tq < T ? first_key(p, window, b, tq) : T;
+    }
+    wmin = __reduce_min_sync(0xffffffffu, min(fr[0], fr[1]));
+    wmax = __reduce_max_sync(0xffffffffu, max(fr[0], fr[1]));
+    if (lane == 0) bmin[warp] = wmin;
+    __syncthreads();
+    j0 = min(min(bmin[0], bmin[1]), min(bmin[2], bmin[3])) / BR;
+  }
   load_tile<HS>(Qs, qh, ld, q0, T);
   load_tile<HS>(dOs, dout + (size_t)b * T * p.O + h * HS, p.O, q0, T);
   load_tile<HS>(Ks, kh, ld, j0 * BR, T);
@@ -1003,19 +1109,19 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
       load_frag<HS>(qf, Qs + warp * 16 * LD, lane);
       load_frag<HS>(df, dOs + warp * 16 * LD, lane);
     }
-    // Else every key of the tile is after all of the warp's queries, or before all of their windows.
-    if (k0 <= w0 + 15 && !(window > 0 && w0 - (k0 + BR - 1) >= window)) {
+    // Else every key of the tile is after all of the warp's queries, or before all of their first keys.
+    if (k0 <= w0 + 15 && !(OPT && k0 + BR - 1 < wmin)) {
       if (!QF) load_frag<HS>(qf, Qs + warp * 16 * LD, lane);
       mm_abt<BF, HS>(s, qf, Kb, lane);  // S
       if (!QF) load_frag<HS>(df, dOs + warp * 16 * LD, lane);
       mm_abt<BF, HS>(dp, df, Vs + buf * TILE, lane);  // dP = dO V^T
-      const bool masked_tile = k0 + BR - 1 > w0 || (window > 0 && w0 + 15 - k0 >= window);
+      const bool masked_tile = k0 + BR - 1 > w0 || (OPT && k0 < wmax);
 #pragma unroll
       for (int n = 0; n < BR / 8; ++n)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e >> 1;
-          const bool masked = masked_tile && hidden(w0 + gr + 8 * r, k0 + 8 * n + 2 * t4 + (e & 1), window);
+          const bool masked = masked_tile && hidden(w0 + gr + 8 * r, k0 + 8 * n + 2 * t4 + (e & 1), OPT ? fr[r] : 0);
           if (cap) {
             const float th = capped(s[n][e], p) * p.inv_post;
             dp[n][e] = masked ? 0.f : ex2(th * p.post - Lr[r]) * (dp[n][e] - Dr[r]) * (1.f - th * th);
@@ -1045,10 +1151,10 @@ void fwd_go(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B,
   k_fwd<BF, HS, MT, NW, KT, QR, MB, LPT, OPT><<<grid, 32 * NW, Cfg::smem, cuda::stream()>>>(qkv, out, out16, lse, p);
   ZR_CUDA(cudaGetLastError());
 }
-// OPT: the variant with the window and soft-capping where p asks for either (the sweep's tilings have none).
+// OPT: the variant with the window, soft-capping and documents where p asks for any (the sweep's tilings have none).
 template <bool BF, int HS, int MT, int NW, int KT, bool QR = true, int MB = 0, bool LPT = false, bool OPT = false>
 void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
-  if (OPT && (p.window > 0 || p.cap))
+  if (OPT && needs_opt(p))
     fwd_go<BF, HS, MT, NW, KT, QR, MB, LPT, OPT>(qkv, out, out16, lse, B, p);
   else
     fwd_go<BF, HS, MT, NW, KT, QR, MB, LPT, false>(qkv, out, out16, lse, B, p);
@@ -1058,8 +1164,8 @@ void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B
 constexpr int kFwdCfgs64 = 13, kFwdCfgsN = 2;
 template <bool BF>
 void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
-  ZR_CHECK(cfg == 0 || D != 64 || (p.window == 0 && !p.cap), "attention forward tiling ", cfg,
-           " has no sliding window or soft-capping (tiling 0 has)");
+  ZR_CHECK(cfg == 0 || D != 64 || !needs_opt(p), "attention forward tiling ", cfg,
+           " has no sliding window, soft-capping or documents (tiling 0 has)");
   if (D == 64) switch (cfg) {
       case 0:  // 63.7 us at GPT-2 124M's shape on the H200 (B 8, H 12, T 1024; SDPA 50-51 us, same call)
         return fwd_run<BF, 64, 2, 4, 64, false, 3, true, true>(qkv, out, out16, lse, B, p);
@@ -1136,7 +1242,7 @@ const char* fwd_name(int D, int cfg) {
 }
 
 // The one-kernel backward's variants the probe sweeps; 0 trains.
-constexpr int kBwdCfgs64 = 8, kBwdCfgsN = 2, kBwdCfgs128 = 3;
+constexpr int kBwdCfgs64 = 8, kBwdCfgs256 = 2, kBwdCfgsN = 3, kBwdCfgs128 = 5;
 // A one-kernel backward: blocks of KEYS keys (a (key blocks, K, B) grid) and WARPS warps, SMEM bytes of shared memory.
 template <auto Kernel, int KEYS, size_t SMEM, int WARPS = kWarps>
 void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
@@ -1148,11 +1254,20 @@ void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const 
   ZR_CUDA(cudaGetLastError());
 }
 template <bool BF, int HS, int MB, bool FX = true, bool LPT = false, int NB = 2, bool OPT = false, int CS = 1,
-          bool SP = false>
+          bool SP = false, int KW = kWarps>
 constexpr auto bwd_kv_dq =
-    bwd_one<k_bwd_kv<BF, HS, true, MB, FX, LPT, NB, OPT, CS, SP>, BR, kv_smem<HS, true, NB>(), kWarps * CS>;
+    bwd_one<k_bwd_kv<BF, HS, true, MB, FX, LPT, NB, OPT, CS, SP, KW>, 16 * KW, kv_smem<HS, true, NB, KW>(), KW * CS>;
 template <bool BF, int QH, bool KR, bool LPT = true, bool OPT = false, bool SP = false>
 constexpr auto bwd_kv2 = bwd_one<k_bwd_kv2<BF, QH, KR, 2, LPT, OPT, SP>, KB2, kKv2Smem>;
+// The one-kernel backward (longest first) at head size HS with NB Q / dO buffers, CS column parts and KW key warps:
+// the variant with the options (opt) and / or the grouped-query split (sp).
+template <bool BF, int HS, int MB, int NB, int CS, int KW>
+auto* bwd_pick(bool opt, bool sp) {
+  return opt ? (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS, true, KW>
+                   : bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS, false, KW>)
+             : (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS, true, KW>
+                   : bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS, false, KW>);
+}
 
 // The two kernels at head size HS (dK, dV per key block; dQ per query block): atomic-free, or (dkv_acc, p.split > 1)
 // the key-block kernel split over the query heads of each key/value head, adding dK, dV with atomics.
@@ -1178,7 +1293,7 @@ void bwd_two(const uint16_t* qkv, const uint16_t* dout, const float* lse, const 
              uint16_t* dqkv16, float* dkv_acc, int B, const TcDims& p, bool acc) {
   constexpr int MBKV = HS == 64 ? 3 : 1, MBQ = HS == 64 ? 3 : HS == 256 ? 1 : 2, NB = HS == 256 ? 1 : 2;
   constexpr bool QF = HS <= 96;
-  const bool opt = p.window > 0 || p.cap, sp = p.split > 1;
+  const bool opt = needs_opt(p), sp = p.split > 1;
   auto* go = opt ? (sp ? bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true, true>
                        : bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true, false>)
                  : (sp ? bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false, true>
@@ -1194,7 +1309,7 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
            float* dqkv, uint16_t* dqkv16, bool acc, float* delta, float* dq_acc, int B, const TcDims& p0, int cfg,
            bool split) {
   const int64_t rows = (int64_t)B * p0.T * p0.H, kv_rows = (int64_t)B * p0.T * p0.K;
-  const bool opt = p0.window > 0 || p0.cap;
+  const bool opt = needs_opt(p0);
   TcDims p = p0;
   float* dkv_acc = nullptr;
   if (dq_acc && p.rep > 1 && split) {
@@ -1216,7 +1331,7 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
   } else {
     if constexpr (HS == 64) {
       ZR_CHECK(cfg == 0 || !opt, "attention backward variant ", cfg,
-               " has no sliding window or soft-capping (variant 0 has)");
+               " has no sliding window, soft-capping or documents (variant 0 has)");
       // Times: GPT-2 124M's shape on the H200 (B 8, H 12, T 1024), one probe call (session 9).
       const bool sp = p.split > 1;
       ZR_CHECK(cfg == 0 || !sp, "attention backward variant ", cfg, " has no grouped-query split (variant 0 has)");
@@ -1252,25 +1367,23 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
       }
       run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, B, p, acc);
     } else {
-      constexpr int NCFG = HS == 128 ? kBwdCfgs128 : kBwdCfgsN;
+      constexpr int NCFG = HS == 128 ? kBwdCfgs128 : HS == 256 ? kBwdCfgs256 : kBwdCfgsN;
       ZR_CHECK(cfg >= 0 && cfg < NCFG, "attention backward variant ", cfg, " does not exist at head size ", HS, " (0..",
                NCFG - 1, ")");
       // 16 keys a warp (64 a block), longest first; head size 256: one Q / dO buffer (shared memory) and dK, dV's
-      // columns split over two warps (no spills). Head size 128: variants 1 and 2 (variant 0 is the two kernels;
-      // variant 2 is not yet timed).
+      // columns split over two warps (no spills). Head size 128: variants 1 and 2 (variant 0 is the two kernels);
+      // variant 2: one Q / dO buffer (87 KB of shared memory: two blocks an SM, where two buffers allow one).
+      // 128-key blocks of 8 warps (every Q / dO tile and dQ atomic serves 128 keys): variant 2 at head sizes 80, 96
+      // (two buffers), 3 (two) and 4 (one) at 128.
       constexpr int MB = HS >= 128 ? 1 : 2, NB = HS == 256 ? 1 : 2, CS = HS == 256 ? 2 : 1;
       const bool sp = p.split > 1;
-      auto* run = opt ? (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS, true>
-                            : bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS>)
-                      : (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS, true>
-                            : bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS>);
+      auto* run = bwd_pick<BF, HS, MB, NB, CS, kWarps>(opt, sp);
       if constexpr (HS == 128) {
-        // Variant 2: one Q / dO buffer (87 KB of shared memory: two blocks an SM, where two buffers allow one).
-        if (cfg == 2)
-          run = opt ? (sp ? bwd_kv_dq<BF, HS, MB, true, true, 1, true, CS, true>
-                          : bwd_kv_dq<BF, HS, MB, true, true, 1, true, CS>)
-                    : (sp ? bwd_kv_dq<BF, HS, MB, true, true, 1, false, CS, true>
-                          : bwd_kv_dq<BF, HS, MB, true, true, 1, false, CS>);
+        if (cfg == 2) run = bwd_pick<BF, HS, MB, 1, CS, kWarps>(opt, sp);
+        if (cfg == 3) run = bwd_pick<BF, HS, 1, 2, 1, 8>(opt, sp);
+        if (cfg == 4) run = bwd_pick<BF, HS, 1, 1, 1, 8>(opt, sp);
+      } else if constexpr (HS != 256) {
+        if (cfg == 2) run = bwd_pick<BF, HS, 1, 2, 1, 8>(opt, sp);
       }
       if (cfg == 1 && HS != 128) {  // the two kernels (dK, dV by atomics where split)
         bwd_two<BF, HS>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
@@ -1325,7 +1438,7 @@ bool tc_supported(const AttnDims& d) {
 const char* tc_head_sizes() { return "64, 80, 96, 128, 256"; }
 int tc_forward_configs(int64_t head_size) { return head_size == 64 ? kFwdCfgs64 : kFwdCfgsN; }
 int tc_backward_configs(int64_t head_size) {
-  return head_size == 64 ? kBwdCfgs64 : head_size == 128 ? kBwdCfgs128 : kBwdCfgsN;
+  return head_size == 64 ? kBwdCfgs64 : head_size == 128 ? kBwdCfgs128 : head_size == 256 ? kBwdCfgs256 : kBwdCfgsN;
 }
 const char* tc_forward_config_name(int64_t head_size, int cfg) { return fwd_name((int)head_size, cfg); }
 

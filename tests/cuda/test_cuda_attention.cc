@@ -2,16 +2,19 @@
 // every head size the kernels serve, with grouped-query heads read in place, odd sequence lengths, sliding windows
 // (shorter than, equal to and longer than a tile, and past T), Gemma 2's soft-capping and other scales: the fp32
 // flash kernels (head sizes up to 256), the materialised path (larger), and the tensor-core kernels in bf16 and
-// fp16 (64, 80, 96, 128, 256: both backward paths, 16-bit storage on every side). Part of zerorun_cuda_tests
+// fp16 (64, 80, 96, 128, 256: both backward paths, 16-bit storage on every side); per-document masking of packed
+// sequences (AttnDims::pos) in every kernel family against the CPU kernels. Part of zerorun_cuda_tests
 // (test_cuda_ops.cc holds its main).
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cuda/flash_attention.h"
 #include "op_compare.h"
 #include "zerorun/cuda_rt.h"
@@ -42,6 +45,69 @@ struct Deterministic {
   Deterministic(const Deterministic&) = delete;
   Deterministic& operator=(const Deterministic&) = delete;
 };
+
+// Positions [B, T] of documents packed into rows: docs[b] lists row b's document lengths (the last one runs to T;
+// a first length given as -n continues a document whose positions start at n).
+std::vector<int32_t> doc_positions(int64_t T, const std::vector<std::vector<int64_t>>& docs) {
+  std::vector<int32_t> pos;
+  for (const auto& row : docs) {
+    int64_t t = 0, p = 0;
+    for (size_t i = 0; t < T; ++i) {
+      int64_t len = i < row.size() ? row[i] : T;
+      p = 0;
+      if (len < 0) p = -len, len = T;
+      for (int64_t k = 0; k < len && t < T; ++k, ++t) pos.push_back(static_cast<int32_t>(p + k));
+    }
+  }
+  return pos;
+}
+Tensor pos_tensor(const std::vector<int32_t>& pos) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(pos.size())}, DType::I32, MemCategory::Buffers);
+  std::copy(pos.begin(), pos.end(), t.i32());
+  return t.to(kGpu);
+}
+
+// Attention with documents (d.pos set here) on the GPU backend, through the flash kernels where it has them (the
+// tensor-core ones in 16-bit mode) or the materialised path, against the CPU kernels on the same (rounded) inputs:
+// the output and the qkv gradient (written over a NaN-filled one). Returns the worst relative difference.
+double compare_docs(kernels::AttnDims d, const std::vector<int32_t>& pos, Rng& r, double amp, double tol, DType dt) {
+  const int64_t W = d.width(), O = d.out_width();
+  const Tensor x = rounded(rnd({d.B, d.T, W}, r, amp), dt), dout = rounded(rnd({d.B, d.T, O}, r), dt);
+  Tensor out_c = Tensor::zeros({d.B, d.T, O}, DType::F32, MemCategory::Buffers);
+  Tensor dx_c = Tensor::zeros({d.B, d.T, W}, DType::F32, MemCategory::Buffers);
+  std::vector<float> probs(static_cast<size_t>(d.B * d.H * d.T * d.T));
+  d.pos = pos.data();
+  kernels::cpu::attention_fwd(x.f32(), out_c.f32(), probs.data(), d);
+  kernels::cpu::attention_bwd(x.f32(), probs.data(), dout.f32(), dx_c.f32(), d);
+
+  const Tensor pg = pos_tensor(pos), xg = x.to(kGpu), dg = dout.to(kGpu);
+  d.pos = pg.i32();
+  kernels::Backend& be = kernels::backend(kGpu);
+  Tensor out_g = Tensor::zeros({d.B, d.T, O}, DType::F32, MemCategory::Buffers, kGpu);
+  Tensor dx_g = nan_filled({d.B, d.T, W}, kGpu);
+  if (be.has_flash_attention(d)) {
+    Tensor lse = Tensor::uninit({d.B, d.H, d.T}, DType::F32, MemCategory::Buffers, kGpu);
+    be.flash_attention_fwd({xg.f32(), nullptr}, {out_g.f32(), nullptr}, lse.f32(), d);
+    be.flash_attention_bwd({xg.f32(), nullptr}, {out_g.f32(), nullptr}, lse.f32(), {dg.f32(), nullptr},
+                           kernels::Grad(dx_g.f32(), false), d);
+  } else {
+    Tensor pr = Tensor::uninit({d.B, d.H, d.T, d.T}, DType::F32, MemCategory::Buffers, kGpu);
+    be.attention_fwd(xg.f32(), out_g.f32(), pr.f32(), d);
+    be.attention_bwd(xg.f32(), pr.f32(), dg.f32(), kernels::Grad(dx_g.f32(), false), d);
+  }
+  close(out_c, out_g, tol, "output");
+  close(dx_c, dx_g, tol, "qkv gradient");
+  double worst = 0, mx = 1e-6;
+  const Tensor o = out_g.to(Device::cpu());
+  for (int64_t i = 0; i < o.numel(); ++i) mx = std::max(mx, (double)std::fabs(out_c.f32()[i]));
+  for (int64_t i = 0; i < o.numel(); ++i) worst = std::max(worst, std::fabs(o.f32()[i] - out_c.f32()[i]) / mx);
+  return worst;
+}
+
+// Rows of odd T packed with documents of several lengths: one token, shorter and longer than a 64-row tile, ending
+// inside and at a tile's edge, a row continuing a document from before (positions from 5), a row of one document.
+const int64_t kDocT = 333;
+const std::vector<std::vector<int64_t>> kDocs = {{1, 70, 130, 5, 63, 64}, {-5, 200}, {}};
 }  // namespace
 
 TEST_CASE("CUDA attention (fp32 kernels) equals the CPU: head sizes, grouped-query heads, windows, soft-capping",
@@ -152,6 +218,74 @@ TEST_CASE(
           }
           close(ref, as_f32(g), form ? 2e-5 : 8e-3, "backward variant " + std::to_string(variant));
         }
+      }
+    }
+}
+
+TEST_CASE("CUDA attention with documents (pos) equals the CPU: fp32 flash, materialised and tensor-core kernels",
+          "[cuda][attention]") {
+  const std::vector<int32_t> pos = doc_positions(kDocT, kDocs);
+  REQUIRE(pos.size() == 3 * kDocT);
+  // {H, K, window, softcap}
+  const std::tuple<int64_t, int64_t, int64_t, float> opts[] = {
+      {4, 2, 0, 0.f}, {3, 1, 40, 0.f}, {2, 2, 150, 0.f}, {6, 2, 0, 5.f}, {2, 1, 64, 3.f}};
+  Rng r(45);
+  for (auto [H, K, window, cap] : opts) {
+    kernels::AttnDims d;
+    d.B = 3, d.T = kDocT, d.H = H, d.K = K, d.window = window, d.softcap = cap;
+    for (int64_t D : {16, 64, 128, 256, 288}) {  // fp32 flash up to 256; 288: the materialised path
+      INFO("f32 D " << D << " H " << H << " K " << K << " window " << window << " softcap " << cap);
+      d.D = D, d.scale = 1.f / std::sqrt((float)D);
+      REQUIRE(kernels::backend(kGpu).has_flash_attention(d) == (D <= 256));
+      compare_docs(d, pos, r, 1.0, 5e-5, DType::F32);
+    }
+    for (DType dt : {DType::BF16, DType::F16}) {
+      MatmulDtype mode(dt);
+      for (bool det : {false, true}) {
+        Deterministic dm(det);
+        for (int64_t D : {64, 80, 96, 128, 256}) {
+          INFO(dtype_name(dt) << (det ? " deterministic" : " atomics") << " D " << D << " H " << H << " K " << K
+                              << " window " << window << " softcap " << cap);
+          d.D = D, d.scale = 1.f / std::sqrt((float)D);
+          REQUIRE(kernels::backend(kGpu).attention16(d));
+          REQUIRE(compare_docs(d, pos, r, 2.0, 3e-2, dt) > 1e-6);  // visibly 16-bit: the tensor-core path ran
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE(
+    "tensor-core attention with documents: the one-kernel backward and the grouped-query split equal the "
+    "atomic-free kernels",
+    "[cuda][attention]") {
+  Rng r(46);
+  const std::vector<int32_t> pos = doc_positions(kDocT, kDocs);
+  const Tensor pg = pos_tensor(pos);
+  for (int64_t D : {64, 80, 96, 128, 256})
+    for (int64_t window : {0, 100}) {
+      kernels::AttnDims d;
+      d.B = 3, d.T = kDocT, d.H = 6, d.K = 2, d.D = D, d.scale = 1.f / std::sqrt((float)D), d.window = window;
+      d.pos = pg.i32();
+      const int64_t n3 = d.B * d.T * d.width(), n = d.B * d.T * d.out_width(), nl = d.B * d.H * d.T;
+      auto bits16 = [&](int64_t count, double scale) { return to16(rnd({count}, r, scale), DType::BF16).to(kGpu); };
+      Tensor qkv = bits16(n3, 2.0), dout = bits16(n, 1.0);
+      Tensor out = Tensor::uninit({n}, DType::BF16, MemCategory::Buffers, kGpu);
+      Tensor lse = Tensor::uninit({nl}, DType::F32, MemCategory::Buffers, kGpu);
+      Tensor delta = Tensor::uninit({nl}, DType::F32, MemCategory::Buffers, kGpu);
+      Tensor acc = Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu);
+      auto q16 = [](const Tensor& t) { return static_cast<uint16_t*>(t.raw()); };
+      kernels::flash::tc_forward(true, q16(qkv), nullptr, q16(out), lse.f32(), d);
+      Tensor ref;
+      for (int run = 0; run < 3; ++run) {  // atomic-free, one kernel, one kernel split
+        INFO("D " << D << " window " << window << " run " << run);
+        Tensor g = Tensor::uninit({n3}, DType::F32, MemCategory::Buffers, kGpu);
+        kernels::flash::tc_backward(true, q16(qkv), nullptr, q16(out), lse.f32(), q16(dout), g.f32(), nullptr, false,
+                                    delta.f32(), run ? acc.f32() : nullptr, d, 0, run == 2);
+        if (run == 0)
+          ref = as_f32(g);
+        else
+          close(ref, as_f32(g), 2e-5, "backward run " + std::to_string(run));
       }
     }
 }
