@@ -161,6 +161,7 @@ int run_sample(const SampleOptions& o) {
   ZR_CHECK(tok || (o.ids && !o.prompt_ids.empty()), "sample: no tokenizer for ", o.model,
            " (none beside it or in the directory it was imported from): give --tokenizer DIR_OR_JSON");
   std::vector<int32_t> prompt = o.prompt_ids;
+  const bool prompt_is_text = prompt.empty() && !o.prompt.empty();
   if (prompt.empty()) {
     ZR_CHECK(tok, "sample: --prompt needs a tokenizer");
     if (o.chat) {
@@ -215,6 +216,10 @@ int run_sample(const SampleOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   std::unique_ptr<DecodeStream> stream;
   if (tok && !o.ids) stream = std::make_unique<DecodeStream>(*tok, true);
+  if (stream && !o.chat && prompt_is_text) {  // the text continued, then its continuation (transformers' full text)
+    std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+    std::fflush(stdout);
+  }
   const std::vector<int32_t> out = generate(d, prompt, max_new, o.sampling, o.seed, eos, [&](int32_t t) {
     if (!stream) return;
     const std::string piece = stream->push(t);
