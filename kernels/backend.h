@@ -132,6 +132,8 @@ class Backend {
   virtual void geglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) = 0;
   virtual void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) = 0;
   virtual void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) = 0;
+  // Dropout with a counter-based mask (kernels/counter_rng.h), forward (y fresh) and backward (x = dy, y = dx).
+  virtual void dropout(const rng::Dropout& d, const float* x, Grad y, int64_t n) = 0;
   // x[i, :] = 0 for the rows i < N (of C) whose ids[i] == value.
   virtual void zero_rows(const int32_t* ids, int32_t value, float* x, int64_t N, int64_t C) = 0;
   virtual void act_fwd(Act act, const float* x, float* y, int64_t n) = 0;
@@ -152,12 +154,12 @@ class Backend {
   // probabilities [B, H, T, T] for the backward.
   virtual void attention_fwd(const float* qkv, float* out, float* probs, const AttnDims& d) = 0;
   virtual void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, const AttnDims& d) = 0;
-  // Rotary embeddings (cpu::rope_fwd's layouts): qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D] with the key/value
-  // heads repeated, or the same layout as qkv (!repeat); the backward writes or adds (Grad) dqkv. Each side f32,
   // cpu::attention_cached: new tokens' keys and values appended to a cache [K, cap, D] (this backend's memory) and
   // their attention over it (incremental decoding).
   virtual void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len,
                                 int64_t cap) = 0;
+  // Rotary embeddings (cpu::rope_fwd's layouts): qkv [B, T, (H + 2K) D] -> out [B, T, 3 H D] with the key/value
+  // heads repeated, or the same layout as qkv (!repeat); the backward writes or adds (Grad) dqkv. Each side f32,
   // or 16-bit where activations16(). pos [B, T] (the device's memory; null: row r is at position r % T): each
   // row's position, in [0, n_pos) (the CUDA kernels clamp one outside; the CPU's is an error).
   virtual void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,

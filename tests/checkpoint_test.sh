@@ -189,8 +189,13 @@ mkdir -p HL && cp MH/model.safetensors HL/ && sed 's/"gpt2"/"bert"/' MH/config.j
 expect_fail "import: another model_type" 'model_type "bert" is not one zerorun imports' "$ZR" import HL -o x.bin
 mkdir -p HD && cp MH/model.safetensors HD/ &&
   "$PY" -c "import json; c=json.load(open('MH/config.json')); c.update(attn_pdrop=0.1, resid_pdrop=0.1, embd_pdrop=0.1); json.dump(c, open('HD/config.json','w'))"
-expect_fail "import gpt2: dropout 0.1 (as published) is not dropped silently" "'attn_pdrop' = 0.1 asks for dropout" \
-  "$ZR" import HD -o x.bin
+if "$ZR" import HD -o hd.bin >/dev/null &&
+  "$PY" -c "import json,struct,sys; b=open('hd.bin','rb').read(); n=struct.unpack('<Q',b[:8])[0]; g=json.loads(json.loads(b[8:8+n])['__metadata__']['graph']); sys.exit(0 if sum(x['op']=='dropout' for x in g['nodes'])==5 and sum(x.get('attrs',{}).get('dropout',0)>0 for x in g['nodes'] if x['op']=='attention')==2 else 1)"; then
+  ok "import gpt2: dropout 0.1 (as published) is applied in training (5 dropout nodes, 2 attention dropouts)"
+else bad "import gpt2 with dropout"; fi
+"$PY" -c "import json; c=json.load(open('HD/config.json')); c.update(attn_pdrop=1.5); json.dump(c, open('HD/config.json','w'))"
+expect_fail "import gpt2: a dropout of 1.5" "'attn_pdrop' must be a probability in [0, 1), got 1.5" "$ZR" import HD -o x.bin
+"$PY" -c "import json; c=json.load(open('HD/config.json')); c.update(attn_pdrop=0.1); json.dump(c, open('HD/config.json','w'))"
 if "$ZR" import HD -o hd.bin --no_dropout 2>&1 | grep -q "note: --no_dropout: trains without the resid_pdrop of 0.1"; then
   ok "import gpt2 --no_dropout: trains without dropout and says so"
 else bad "import --no_dropout"; fi
@@ -258,8 +263,9 @@ expect_fail "import llama: a rope setting of another type" "rope_scaling.beta_fa
 llama_cfg LB 'c["attention_bias"] = True'
 expect_fail "import llama: biases the checkpoint lacks" "has no tensor 'model.layers.0.self_attn.q_proj.bias'" \
   "$ZR" import LB -o x.bin
-llama_cfg LD 'c["attention_dropout"] = 0.1'
-expect_fail "import llama: dropout" "'attention_dropout' = 0.1 asks for dropout" "$ZR" import LD -o x.bin
+llama_cfg LD 'c["attention_dropout"] = -0.1'
+expect_fail "import llama: a negative dropout" "'attention_dropout' must be a probability in [0, 1), got -0.1" \
+  "$ZR" import LD -o x.bin
 llama_cfg LK 'c["num_key_value_heads"] = 4'
 expect_fail "import llama: more key/value heads than the file has" "k_proj.weight' has shape [32, 64], expected [64, 64]" \
   "$ZR" import LK -o x.bin

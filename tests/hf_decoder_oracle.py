@@ -186,9 +186,14 @@ def hf_forward(cfg_full, w, tokens, targets):
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def hf_forward_logits(cfg_full, w, tokens, position_ids=None):
+def hf_forward_logits(cfg_full, w, tokens, position_ids=None, drop=None):
     """position_ids: packed documents (each restarting at 0) attend only within their document — the block-diagonal
-    causal mask transformers' packing collators ask for with position_ids (flash-attention varlen / the 4D mask)."""
+    causal mask transformers' packing collators ask for with position_ids (flash-attention varlen / the 4D mask).
+    drop(kind, layer, x): training mode's dropouts where given (kind "attn": the attention probabilities;
+    "resid_attn", "resid_mlp": Phi-3's outputs before their residual adds)."""
+    if drop is None:
+        def drop(kind, layer, x):
+            return x
     mt = cfg_full["model_type"]
     cfg = cfg_full["text_config"] if mt == "gemma3" else cfg_full
     mt = "gemma3_text" if mt == "gemma3" else mt
@@ -269,8 +274,10 @@ def hf_forward_logits(cfg_full, w, tokens, position_ids=None):
         if softcap:
             s = torch.tanh(s / softcap) * softcap
         mask = causal & (pos[None, :] > pos[:, None] - window) if sliding else causal
-        a = s.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+        a = drop("attn", i, s.masked_fill(~mask, float("-inf")).softmax(-1)) @ v
         a = lin(a.transpose(1, 2).reshape(B, Tt, H * D), p + "self_attn.o_proj")
+        if mt == "phi3":
+            a = drop("resid_attn", i, a)
         if mt in ("olmo2", "gemma2", "gemma3_text"):
             a = rms(a, w[p + "post_attention_layernorm.weight"], eps, gemma)
         h = h + a
@@ -286,6 +293,8 @@ def hf_forward_logits(cfg_full, w, tokens, position_ids=None):
             g, u = lin(x, p + "mlp.gate_proj"), lin(x, p + "mlp.up_proj")
         act = F.gelu(g, approximate="tanh") if gemma else F.silu(g)
         m = lin(act * u, p + "mlp.down_proj")
+        if mt == "phi3":
+            m = drop("resid_mlp", i, m)
         if mt in ("olmo2", "gemma2", "gemma3_text"):
             m = rms(m, w[p + "post_feedforward_layernorm.weight"], eps, gemma)
         h = h + m
@@ -595,7 +604,8 @@ def refusals(zr, work):
                                                    "long_factor": [1.0] * 6}), None, 'rope_type "longrope"'),
            ("partial rotary", dict(qwen2, partial_rotary_factor=0.5), None, "partial_rotary_factor 0.5"),
            ("custom code", dict(qwen2, auto_map={"AutoModel": "x.Y"}), None, "'auto_map' is not supported"),
-           ("attention dropout", dict(qwen2, attention_dropout=0.1), None, "--no_dropout"),
+           ("attention dropout of 1", dict(qwen2, attention_dropout=1.0), None,
+            "'attention_dropout' must be a probability in [0, 1), got 1"),
            ("a NaN weight", qwen2, "model.layers.1.mlp.up_proj.weight", "holds a non-finite value")]
     for i, (what, cfg, nan_at, want) in enumerate(bad):
         d = os.path.join(work, f"bad{i}")

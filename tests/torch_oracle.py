@@ -43,11 +43,13 @@ def read_safetensors(path):
     header = json.loads(blob[8 : 8 + hl])
     meta = header.pop("__metadata__", {})
     data = blob[8 + hl :]
-    dt = {"F32": np.float32, "I32": np.int32}
+    dt = {"F32": np.float32, "I32": np.int32, "F16": np.float16, "BF16": np.uint16}
     tensors = {}
     for name, e in header.items():
         b, en = e["data_offsets"]
         arr = np.frombuffer(data[b:en], dtype=dt[e["dtype"]]).reshape(e["shape"])
+        if e["dtype"] == "BF16":  # the high half of an f32
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
         tensors[name] = torch.tensor(arr.astype(np.float64))
     return tensors, meta
 
@@ -158,10 +160,14 @@ def forward(graph, params, inputs):
     return vals[graph["loss"]]
 
 
-def hf_gpt2_loss(config, sd, tokens, targets):
+def hf_gpt2_loss(config, sd, tokens, targets, drop=None):
     """GPT2LMHeadModel's forward as transformers' modeling_gpt2 defines it (eval mode), written here from that
     definition rather than from zerorun's graph: Conv1D layers compute x @ W + b with W stored [in, out], GELU is
-    gelu_new, the head is tied to wte unless lm_head.weight is given. Reads sizes from config.json only."""
+    gelu_new, the head is tied to wte unless lm_head.weight is given. Reads sizes from config.json only.
+    drop(kind, layer, x): training mode's dropouts (kind "embd", "attn", "resid_attn", "resid_mlp"), where given."""
+    if drop is None:
+        def drop(kind, layer, x):
+            return x
     C, H, L = config["n_embd"], config["n_head"], config["n_layer"]
     eps = config["layer_norm_epsilon"]
     assert config["model_type"] == "gpt2" and config["activation_function"] == "gelu_new"
@@ -174,19 +180,19 @@ def hf_gpt2_loss(config, sd, tokens, targets):
     def ln(x, name):
         return F.layer_norm(x, (C,), w[name + ".weight"], w[name + ".bias"], eps)
 
-    h = w["transformer.wte.weight"][tokens] + w["transformer.wpe.weight"][torch.arange(T)]
+    h = drop("embd", -1, w["transformer.wte.weight"][tokens] + w["transformer.wpe.weight"][torch.arange(T)])
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
     for i in range(L):
         p = f"transformer.h.{i}"
         q, k, v = conv1d(ln(h, p + ".ln_1"), p + ".attn.c_attn").split(C, dim=2)
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))
         att = (q @ k.transpose(-1, -2)) / math.sqrt(C // H)
-        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        att = drop("attn", i, att.masked_fill(~mask, float("-inf")).softmax(-1))
         a = (att @ v).transpose(1, 2).reshape(B, T, C)
-        h = h + conv1d(a, p + ".attn.c_proj")
+        h = h + drop("resid_attn", i, conv1d(a, p + ".attn.c_proj"))
         m = conv1d(ln(h, p + ".ln_2"), p + ".mlp.c_fc")
         m = 0.5 * m * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (m + 0.044715 * m.pow(3))))
-        h = h + conv1d(m, p + ".mlp.c_proj")
+        h = h + drop("resid_mlp", i, conv1d(m, p + ".mlp.c_proj"))
     h = F.layer_norm(h, (C,), w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], eps)
     head = w.get("lm_head.weight", w["transformer.wte.weight"])
     return F.cross_entropy((h @ head.t()).view(B * T, -1), targets.reshape(-1))

@@ -39,6 +39,16 @@ struct ValueInfo {
   DType dtype = DType::F32;
 };
 
+// Where the random masks of dropout nodes come from (kernels/counter_rng.h): off (eval, or a graph run outside
+// training) makes dropout the identity; on, a node's mask is a function of the seed, the optimizer step (1-based),
+// its "site" attribute and the global index of the micro-batch's first sample (sample0), so every rank count and
+// micro-batch split draws the same mask for the same sample.
+struct DropoutCtx {
+  bool on = false;
+  uint64_t seed = 0, step = 0;
+  int64_t sample0 = 0;
+};
+
 // What an op sees when it runs. Inputs/params are read-only; backward
 // accumulates (+=) into defined din / dparams entries, except that a din[k]
 // with din_acc[k] false is fresh memory the op overwrites (see Op::writes_grad).
@@ -50,6 +60,7 @@ struct NodeCtx {
   // it keeps them): ops use these instead of rounding a param on every call. Absent roles: no such copy.
   std::map<std::string, Tensor> params16;
   std::vector<Tensor>* saved = nullptr;  // what forward keeps for backward
+  const DropoutCtx* dropout = nullptr;    // the executor's (Executor::set_dropout); null: off
   std::vector<Tensor> din, dout;
   std::vector<bool> din_acc;  // per input; missing entries mean "accumulate"
   std::vector<bool> out16;    // forward: outputs the executor asks for in 16-bit storage (see Op::emits16)
@@ -186,6 +197,10 @@ class Executor {
     next_loss_grad_ = g;
     have_next_loss_grad_ = true;
   }
+  // The dropout masks of the next forward and backward (DropoutCtx); the default is off.
+  void set_dropout(const DropoutCtx& d) { dropout_ = d; }
+  // Whether some node drops out with probability above 0 while on (its masks change every step).
+  bool has_dropout() const;
   // Drops saved activations (after backward, or to abandon a forward).
   void release();
   ExecHooks hooks;
@@ -224,6 +239,7 @@ class Executor {
   std::vector<size_t> res_value_;
   std::vector<bool> done_;  // per node: a fused producer already made its output in this forward
   bool fuse_ = true;
+  DropoutCtx dropout_;
   int aliased_ = 0;
   bool have_next_loss_grad_ = false, have_loss_grad_ = false;
   float next_loss_grad_ = 0.f, loss_grad_ = 0.f;

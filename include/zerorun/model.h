@@ -59,6 +59,9 @@ struct MlpSpec {
 struct Gpt2Spec {
   int64_t vocab = 50257, n_ctx = 1024, n_embd = 768, n_layer = 12, n_head = 12;
   bool tied = true;
+  // config.json's dropouts, applied in training: attention probabilities, the attention and MLP outputs before
+  // their residual adds, the embeddings' sum.
+  double attn_pdrop = 0.0, resid_pdrop = 0.0, embd_pdrop = 0.0;
 };
 // A decoder-only transformer as transformers' causal-LM classes compute it, by default LlamaForCausalLM: RMSNorm,
 // rotary positions (rope_theta), grouped-query attention with n_kv_head key/value heads (0: n_head), SwiGLU MLP of
@@ -87,6 +90,8 @@ struct LlamaSpec {
   std::vector<bool> sliding;      // per layer: whether it uses the window (empty: every layer, when window > 0)
   double local_rope_theta = 0.0;  // > 0: the rope base of sliding layers (Gemma 3), unscaled
   int64_t padding_idx = -1;       // >= 0: config.pad_token_id, whose embedding row the lookup gives no gradient
+  double attn_dropout = 0.0;      // training dropout of the attention probabilities (attention_dropout)
+  double resid_dropout = 0.0;     // of the attention and MLP outputs before their residual adds (Phi-3's resid_pdrop)
   json hf_config;                 // the imported config.json (merge writes it back with what training changed)
   int64_t head_size() const { return head_dim > 0 ? head_dim : n_embd / n_head; }
 };

@@ -1,6 +1,7 @@
 // Causal self-attention on CPU (softmax probabilities kept for backward; CPU runs are small): grouped-query
 // key/value heads read in place, a scale, a sliding window, Gemma 2's soft-capping and per-document masking of
-// packed sequences (AttnDims: query t sees keys d.first_key(b, t) .. t). The forward is
+// packed sequences (AttnDims: query t sees keys d.first_key(b, t) .. t), and dropout of the probabilities in
+// training (probs keeps them undropped; the mask is regenerated). The forward is
 // parallel over (batch, query head), the backward over (batch, key/value head), each query head of the group in
 // turn: every thread owns disjoint slices of the outputs and adds in a fixed order, so results do not depend on the
 // thread count.
@@ -51,7 +52,7 @@ void attention_fwd(const float* qkv, float* out, float* probs, const AttnDims& d
         for (int64_t i = 0; i < D; ++i) o[i] = 0.f;
         for (int64_t s = s0; s <= t; ++s) {
           const float* v = qkv + (b * T + s) * W + (H + K + g) * D;
-          float p = P[t * T + s];
+          float p = P[t * T + s] * d.drop_factor(b, h, t, s);
           for (int64_t i = 0; i < D; ++i) o[i] += p * v[i];
         }
       }
@@ -75,14 +76,14 @@ void attention_bwd(const float* qkv, const float* probs, const float* dout, floa
           for (int64_t s = s0; s <= t; ++s) {
             const float* v = qkv + (b * T + s) * W + (H + K + g) * D;
             float* dv = dqkv + (b * T + s) * W + (H + K + g) * D;
-            float p = P[t * T + s];
+            const float f = d.drop_factor(b, h, t, s), p = P[t * T + s];
             float dd = 0.f;
             for (int64_t i = 0; i < D; ++i) {
               dd += dO[i] * v[i];
-              dv[i] += p * dO[i];
+              dv[i] += p * f * dO[i];
             }
-            dp[s] = dd;
-            dot += p * dd;
+            dp[s] = dd * f;  // the gradient of the probability before its dropout
+            dot += p * dp[s];
           }
           for (int64_t s = s0; s <= t; ++s) {
             const float* k = qkv + (b * T + s) * W + (H + g) * D;

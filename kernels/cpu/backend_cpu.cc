@@ -85,6 +85,10 @@ class CpuBackend : public Backend {
   void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) override {
     cpu::unary_fwd(op, a, x, y, n);
   }
+  void dropout(const rng::Dropout& d, const float* x, Grad y, int64_t n) override {
+    ZR_CHECK(!y.h, "CPU tensors are f32");
+    if (y.p) cpu::dropout(d, x, y.p, y.acc, n);
+  }
   void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) override {
     cpu::unary_bwd(op, a, x, dy, acc_ptr(dx, n), n);
   }
@@ -130,14 +134,14 @@ class CpuBackend : public Backend {
                 bool repeat, const int32_t* pos, int64_t n_pos) override {
     cpu::rope_bwd(f32(dout, "rope"), acc_ptr(dqkv, B * T * (H + 2 * K) * D), B, T, H, K, D, f, repeat, pos, n_pos);
   }
-  void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, const AttnDims& d) override {
-    cpu::attention_bwd(qkv, probs, dout, acc_ptr(dqkv, d.B * d.T * d.width()), d);
-  }
-  bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
   void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len,
                         int64_t cap) override {
     cpu::attention_cached(qkv, kc, vc, out, d, len, cap);
   }
+  void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv, const AttnDims& d) override {
+    cpu::attention_bwd(qkv, probs, dout, acc_ptr(dqkv, d.B * d.T * d.width()), d);
+  }
+  bool ids_in_range(const int32_t* ids, int64_t n, int64_t V) override {
     for (int64_t i = 0; i < n; ++i)
       if (ids[i] < 0 || ids[i] >= V) return false;
     return true;

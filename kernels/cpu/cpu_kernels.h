@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/counter_rng.h"
+
 namespace zerorun::kernels::cpu {
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major (OpenBLAS sgemm).
@@ -53,6 +55,9 @@ __host__ __device__
 }
 void unary_fwd(Unary op, float a, const float* x, float* y, int64_t n);
 void unary_bwd(Unary op, float a, const float* x, const float* dy, float* dx, int64_t n);
+// Dropout (kernels/counter_rng.h): y[i] = (acc ? y[i] : 0) + (kept(i) ? x[i] * scale : 0). Its own backward too
+// (x = dy, y = dx): the mask is regenerated, never stored.
+void dropout(const rng::Dropout& d, const float* x, float* y, bool acc, int64_t n);
 
 enum class Act { Gelu, Relu, Silu };
 void act_fwd(Act act, const float* x, float* y, int64_t n);
@@ -114,11 +119,20 @@ struct AttnDims {
   // in its document, so query t of row b sees no key before t - pos[b, t] (its document's first token). On CUDA pos
   // is device memory. Combined with the causal mask and the window.
   const int32_t* pos = nullptr;
+  // Dropout of the attention probabilities in training (threshold 0: none): probability (b, h, t, s) is kept, times
+  // drop.scale, where kernels/counter_rng.h keeps counter drop.counter0 + ((b H + h) T + t) T + s.
+  rng::Dropout drop;
   int64_t width() const { return (H + 2 * K) * D; }  // a qkv row
   int64_t out_width() const { return H * D; }        // an output row
   int64_t rep() const { return H / K; }              // query heads per key/value head
   // The first key query t sees.
   int64_t first_key(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
+  // The dropout factor of probability (b, h, t, s): 0 or drop.scale (1 without dropout).
+  float drop_factor(int64_t b, int64_t h, int64_t t, int64_t s) const {
+    if (drop.threshold == 0) return 1.f;
+    const uint64_t c = drop.counter0 + static_cast<uint64_t>(((b * H + h) * T + t) * T + s);
+    return rng::dropout_keep(drop.key, c, drop.threshold) ? drop.scale : 0.f;
+  }
   // The first key query t of row b sees (window and document; host pointers only).
   int64_t first_key(int64_t b, int64_t t) const {
     const int64_t w = first_key(t);
@@ -133,6 +147,11 @@ struct AttnDims {
 void attention_fwd(const float* qkv, float* out, float* probs, const AttnDims& d);
 // dqkv += the gradient of qkv (softcap: the scores are recomputed from qkv).
 void attention_bwd(const float* qkv, const float* probs, const float* dout, float* dqkv, const AttnDims& d);
+// Incremental decoding (src/infer): the d.T new tokens of one sequence (d.B = 1; qkv [T, (H + 2K) D] after rope)
+// attend over a key/value cache kc, vc [K, cap, D] holding the `len` tokens before them. Their keys and values are
+// written to rows len .. len + T - 1 first; query i, at position len + i, then sees keys len + i - window + 1 (0
+// without a window) .. len + i, as attention_fwd computes it (scale, softcap); out [T, H D]. d.pos is not read.
+void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len, int64_t cap);
 
 // out[n, :] = table[ids[n], :]  (ids already range-checked).
 void embedding_fwd(const int32_t* ids, const float* table, float* out, int64_t N, int64_t C);
@@ -147,11 +166,6 @@ double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse
 // dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
 void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, float dloss, float* dlogits,
                        int64_t N, int64_t V);
-// Incremental decoding (src/infer): the d.T new tokens of one sequence (d.B = 1; qkv [T, (H + 2K) D] after rope)
-// attend over a key/value cache kc, vc [K, cap, D] holding the `len` tokens before them. Their keys and values are
-// written to rows len .. len + T - 1 first; query i, at position len + i, then sees keys len + i - window + 1 (0
-// without a window) .. len + i, as attention_fwd computes it (scale, softcap); out [T, H D]. d.pos is not read.
-void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len, int64_t cap);
 double mse_fwd(const float* pred, const float* target, int64_t n);
 void mse_bwd(const float* pred, const float* target, float dloss, float* dpred, int64_t n);
 

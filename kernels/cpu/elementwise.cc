@@ -1,4 +1,4 @@
-// Elementwise CPU kernels: residual add (with suffix broadcast), mul, activations, SwiGLU.
+// Elementwise CPU kernels: residual add (with suffix broadcast), mul, activations, SwiGLU, dropout.
 #include <cmath>
 
 #include "cpu_kernels.h"
@@ -159,6 +159,14 @@ void unary_fwd(Unary op, float a, const float* x, float* y, int64_t n) {
 void unary_bwd(Unary op, float a, const float* x, const float* dy, float* dx, int64_t n) {
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) dx[i] += dy[i] * unary_grad(op, a, x[i]);
+}
+
+void dropout(const rng::Dropout& d, const float* x, float* y, bool acc, int64_t n) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = rng::dropout_keep(d.key, d.counter0 + static_cast<uint64_t>(i), d.threshold) ? x[i] * d.scale : 0.f;
+    y[i] = acc ? y[i] + v : v;
+  }
 }
 
 }  // namespace zerorun::kernels::cpu

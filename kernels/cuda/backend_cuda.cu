@@ -1415,6 +1415,10 @@ class CudaBackend : public Backend {
   void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) override {
     qk::unary_fwd(op, a, x, y, n, cuda::stream());
   }
+  void dropout(const rng::Dropout& d, const float* x, Grad y, int64_t n) override {
+    ZR_CHECK(!y.h, "dropout takes f32 tensors");
+    if (y.p) qk::dropout(d, x, y.p, y.acc, n, cuda::stream());
+  }
   void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) override {
     ZR_CHECK(!dx.h, "unary ops take f32 gradients");
     if (dx.p) qk::unary_bwd(op, a, x, dy, dx.p, dx.acc, n, cuda::stream());
@@ -1511,32 +1515,46 @@ class CudaBackend : public Backend {
     k_causal_softmax<<<rows_grid(d.B * H * T), kTpb, 0, cuda::stream()>>>(probs, d.B * H * T, T, d.window, d.softcap,
                                                                           d.pos, H);
     ZR_CUDA(cudaGetLastError());
+    DevBuf<float> Pd = d.drop.threshold ? DevBuf<float>(static_cast<size_t>(H * TT)) : DevBuf<float>();
     for (int64_t b = 0; b < d.B; ++b) {
       const float* x = qkv + b * T * W;
+      const float* P = dropped(probs + b * H * TT, Pd.p, b, d);
       for (int64_t r = 0; r < rep; ++r)
-        gemm_strided(false, false, T, D, T, 1.f, probs + b * H * TT + r * TT, T, rep * TT, x + (H + K) * D, W, D, 0.f,
+        gemm_strided(false, false, T, D, T, 1.f, P + r * TT, T, rep * TT, x + (H + K) * D, W, D, 0.f,
                      out + b * T * O + r * D, O, rep * D, K);
     }
+  }
+  // Row b's probabilities [H, T, T] after the dropout of d.drop (written to scratch), or P itself without one. Their
+  // linear index is the mask's counter (cpu::AttnDims::drop); with dP for P, the gradient through the dropout.
+  const float* dropped(const float* P, float* scratch, int64_t b, const AttnDims& d) {
+    if (d.drop.threshold == 0) return P;
+    rng::Dropout m = d.drop;
+    m.counter0 += static_cast<uint64_t>(b * d.H * d.T * d.T);
+    qk::dropout(m, P, scratch, false, d.H * d.T * d.T, cuda::stream());
+    return scratch;
   }
   void attention_bwd(const float* qkv, const float* probs, const float* dout, Grad dqkv_g, const AttnDims& d) override {
     const int64_t T = d.T, D = d.D, W = d.width(), O = d.out_width(), TT = T * T, H = d.H, K = d.K, rep = d.rep();
     float* dqkv = zeroed_unless_acc(dqkv_g, d.B * T * W);  // the products below accumulate
     DevBuf<float> dP(static_cast<size_t>(H * TT));
     DevBuf<float> S = d.softcap > 0.f ? DevBuf<float>(static_cast<size_t>(H * TT)) : DevBuf<float>();
+    DevBuf<float> Pd = d.drop.threshold ? DevBuf<float>(static_cast<size_t>(H * TT)) : DevBuf<float>();
     for (int64_t b = 0; b < d.B; ++b) {
       const float* x = qkv + b * T * W;
       const float* P = probs + b * H * TT;
+      const float* Pv = dropped(P, Pd.p, b, d);  // the probabilities that weighed V
       const float* dO = dout + b * T * O;
       float* dx = dqkv + b * T * W;
       for (int64_t r = 0; r < rep; ++r) {
         gemm_strided(false, true, T, T, D, 1.f, dO + r * D, O, rep * D, x + (H + K) * D, W, D, 0.f, dP.p + r * TT, T,
                      rep * TT, K);  // dP = dO V^T
-        gemm_strided(true, false, T, D, T, 1.f, P + r * TT, T, rep * TT, dO + r * D, O, rep * D, 1.f, dx + (H + K) * D,
+        gemm_strided(true, false, T, D, T, 1.f, Pv + r * TT, T, rep * TT, dO + r * D, O, rep * D, 1.f, dx + (H + K) * D,
                      W, D, K);  // dV += P^T dO
         if (S.p)                // the scaled scores again, for the soft-cap's derivative
           gemm_strided(false, true, T, T, D, d.scale, x + r * D, W, rep * D, x + H * D, W, D, 0.f, S.p + r * TT, T,
                        rep * TT, K);
       }
+      if (d.drop.threshold) dropped(dP.p, dP.p, b, d);  // in place: the gradient of the undropped probabilities
       k_softmax_bwd<<<rows_grid(H * T), kTpb, 0, cuda::stream()>>>(P, dP.p, S.p, H * T, T, d.scale, d.softcap);
       ZR_CUDA(cudaGetLastError());
       for (int64_t r = 0; r < rep; ++r) {
@@ -1546,6 +1564,10 @@ class CudaBackend : public Backend {
                      D, K);  // dK += dS^T Q
       }
     }
+  }
+  void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len,
+                        int64_t cap) override {
+    cached::forward(qkv, kc, vc, out, d, len, cap, cuda::stream());
   }
   void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const cpu::RopeFreqs& f,
                 bool repeat, const int32_t* pos, int64_t n_pos) override {
@@ -1558,7 +1580,8 @@ class CudaBackend : public Backend {
       rope::backward({dout.p, dout.h}, {dqkv.p, dqkv.h}, dqkv.acc, mm_ == DType::BF16, B, T, H, K, D, f, repeat, pos,
                      n_pos, cuda::stream());
   }
-  bool has_flash_attention(const AttnDims& d) const override { return flash::supported(d); }
+  // Dropout of the probabilities runs on the materialised path below.
+  bool has_flash_attention(const AttnDims& d) const override { return d.drop.threshold == 0 && flash::supported(d); }
   void flash_attention_fwd(Src qkv, Dst out, float* lse, const AttnDims& d) override {
     const int64_t n3 = d.B * d.T * d.width(), n = d.B * d.T * d.out_width();
     if (tensor_core_attention(d)) {  // 16-bit operands: an f32 qkv is rounded first
@@ -1568,10 +1591,6 @@ class CudaBackend : public Backend {
     }
     DevBuf<float> qf = widened(qkv, n3), of = out.h ? DevBuf<float>(static_cast<size_t>(n), false) : DevBuf<float>();
     flash::forward(qkv.h ? qf.p : qkv.p, out.h ? of.p : out.p, lse, d);
-  void attention_cached(const float* qkv, float* kc, float* vc, float* out, const AttnDims& d, int64_t len,
-                        int64_t cap) override {
-    cached::forward(qkv, kc, vc, out, d, len, cap, cuda::stream());
-  }
     if (out.h) round16(of.p, out.h, n);
   }
   void flash_attention_bwd(Src qkv, Src out, const float* lse, Src dout, Grad dqkv, const AttnDims& d) override {

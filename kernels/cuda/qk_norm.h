@@ -17,4 +17,6 @@ void norm_bwd(const float* x, const float* wq, const float* wk, const float* rst
 void zero_rows(const int32_t* ids, int32_t value, float* x, int64_t N, int64_t C, cudaStream_t s);
 void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n, cudaStream_t s);
 void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, float* dx, bool acc, int64_t n, cudaStream_t s);
+// cpu::dropout on the GPU (the same counter-based mask).
+void dropout(const rng::Dropout& d, const float* x, float* y, bool acc, int64_t n, cudaStream_t s);
 }  // namespace zerorun::kernels::qk

@@ -327,6 +327,9 @@ int main(int argc, char** argv) {
   prep_cmd->add_option("--threads", prep.threads, "tokenizer threads (default: every core)")->check(at_least(0));
   prep_cmd->add_flag("--quiet", prep_quiet, "no progress bar");
 
+  SampleOptions sample;
+  auto* sample_cmd = add_sample_command(app, sample);
+
   TokenizerTrainOptions tok_train;
   auto* tok_cmd = app.add_subcommand("tokenizer", "learn a byte-level BPE tokenizer.json from text (GPT-2's scheme)");
   tok_cmd->add_option("inputs", tok_train.inputs, "text files or glob patterns (*.jsonl: the \"text\" of each line)")
@@ -364,9 +367,6 @@ int main(int argc, char** argv) {
         launch::apply_host_threads();  // this host's cores / its ranks, unless OMP_NUM_THREADS is given
         comm = make_train_comm(run);
         return run_training(run, *comm);
-  SampleOptions sample;
-  auto* sample_cmd = add_sample_command(app, sample);
-
       } catch (const Error& e) {
         // One rank's error ends the whole job: the others may be waiting in a collective (or in MPI's
         // finalise) for it, so exiting alone would leave them hanging. Before the communicator exists
@@ -471,6 +471,7 @@ int main(int argc, char** argv) {
           r.largest * 4 / 1048576.0);
       return 0;
     }
+    if (*sample_cmd) return run_sample(sample);
     if (*tok_cmd) {
       const int64_t n = train_bpe_tokenizer(tok_train);
       std::printf("wrote %s/tokenizer.json: byte-level BPE, %lld tokens\n", tok_train.out_dir.c_str(),
@@ -517,7 +518,6 @@ int main(int argc, char** argv) {
       std::string save_dir = launch.save_dir.value_or("");
       if (save_dir.empty()) try {
           save_dir = load_config(launch.config_path).train.save_dir;
-    if (*sample_cmd) return run_sample(sample);
         } catch (const Error&) {  // the ranks report a bad config
         }
       return launch::supervise(argv_s, save_dir);

@@ -64,6 +64,14 @@ bool Executor::reads_f32(const std::string& name) const {
   return !params16_.count(name) || params_f32_.count(name) > 0;
 }
 
+// Nodes that drop out carry their probability as the attribute "dropout" (the dropout op, attention's probabilities).
+bool Executor::has_dropout() const {
+  return std::any_of(g_.nodes.begin(), g_.nodes.end(), [](const Node& n) {
+    auto it = n.attrs.find("dropout");
+    return it != n.attrs.end() && it->is_number() && it->get<double>() > 0.0;
+  });
+}
+
 namespace {
 int planned(const std::vector<int>& per_node) {  // entries naming a fused partner node
   return static_cast<int>(std::count_if(per_node.begin(), per_node.end(), [](int i) { return i >= 0; }));
@@ -197,6 +205,7 @@ void Executor::run_node_forward(size_t i) {
   }
   saved_[i].clear();
   c.saved = &saved_[i];
+  c.dropout = &dropout_;
   {
     profile::Scope ps("fwd", n.op);
     ops_[i]->forward(c);
@@ -278,6 +287,7 @@ void Executor::backward(float loss_grad) {
       const Node& n = g_.nodes[i];
       NodeCtx c;
       c.node = &n;
+      c.dropout = &dropout_;
       bool any = false;
       for (auto v : node_out_[i]) {
         c.out.push_back(values_[v]);

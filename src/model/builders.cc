@@ -77,6 +77,17 @@ class Builder {
     node("embedding", {"tokens", "positions"}, "pos_emb", {{"weight", pos}}, {{"position", true}});
     return node("add", {"tok_emb", "pos_emb"}, "x.0");
   }
+  // x dropped out with probability p in training (x itself where p is 0). Sites number the graph's dropouts in
+  // order (attention's too: site()), each its own random stream (kernels/counter_rng.h).
+  std::string dropout(const std::string& x, double p, const std::string& out) {
+    if (p <= 0) return x;
+    return node("dropout", {x}, out, {}, {{"dropout", p}, {"site", site_++}});
+  }
+  void attention_dropout(json& attrs, double p) {
+    if (p <= 0) return;
+    attrs["dropout"] = p;
+    attrs["site"] = site_++;
+  }
   Model done() {
     finalize_model(m);
     return std::move(m);
@@ -90,6 +101,7 @@ class Builder {
   }
   Rng rng_;
   bool shapes_only_ = false;
+  int64_t site_ = 0;
 };
 
 }  // namespace
@@ -139,20 +151,27 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed, bool shapes_only) {
   Builder b(seed, shapes_only);
   const int64_t C = s.n_embd;
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
+  for (double p : {s.attn_pdrop, s.resid_pdrop, s.embd_pdrop})
+    ZR_CHECK(p >= 0 && p < 1, "gpt2: dropout probabilities must be in [0, 1), got ", p);
   std::string x = b.token_embed("wte.weight", "wpe.weight", s.vocab, s.n_ctx, C, std);
+  x = b.dropout(x, s.embd_pdrop, "drop");
   for (int64_t l = 0; l < s.n_layer; ++l) {
     std::string p = "h." + std::to_string(l);
     b.block = p;
     b.m.graph.blocks.push_back(p);
     std::string h = b.layernorm(x, p + ".ln_1", C);
     h = b.linear(h, p + ".attn.c_attn", C, 3 * C, std);
-    h = b.node("attention", {h, "positions"}, p + ".attn.out", {}, {{"n_head", s.n_head}});
+    json aa = {{"n_head", s.n_head}};
+    b.attention_dropout(aa, s.attn_pdrop);
+    h = b.node("attention", {h, "positions"}, p + ".attn.out", {}, aa);
     h = b.linear(h, p + ".attn.c_proj", C, C, proj_std);
+    h = b.dropout(h, s.resid_pdrop, p + ".attn.resid_dropout");
     x = b.node("add", {x, h}, p + ".res1");
     h = b.layernorm(x, p + ".ln_2", C);
     h = b.linear(h, p + ".mlp.c_fc", C, 4 * C, std);
     h = b.node("gelu", {h}, p + ".mlp.gelu");
     h = b.linear(h, p + ".mlp.c_proj", 4 * C, C, proj_std);
+    h = b.dropout(h, s.resid_pdrop, p + ".mlp.dropout");
     x = b.node("add", {x, h}, p + ".res2");
   }
   b.block = "head";
@@ -168,7 +187,9 @@ Model build_gpt2(const Gpt2Spec& s, uint64_t seed, bool shapes_only) {
   b.m.graph.loss = "loss";
   b.m.graph.meta["arch"] = "gpt2";
   b.m.graph.meta["arch_config"] = {{"vocab_size", s.vocab}, {"n_positions", s.n_ctx}, {"n_embd", C},
-                                   {"n_layer", s.n_layer},  {"n_head", s.n_head},     {"tie_word_embeddings", s.tied}};
+                                   {"n_layer", s.n_layer},  {"n_head", s.n_head},     {"tie_word_embeddings", s.tied},
+                                   {"attn_pdrop", s.attn_pdrop}, {"resid_pdrop", s.resid_pdrop},
+                                   {"embd_pdrop", s.embd_pdrop}};
   b.m.graph.meta["symbols"] = {{"T", s.n_ctx}};
   return b.done();
 }
@@ -193,6 +214,8 @@ Model build_llama(const LlamaSpec& s, uint64_t seed, bool shapes_only) {
            ": window, scales and soft-caps must be >= 0");
   ZR_CHECK(s.sliding.empty() || static_cast<int64_t>(s.sliding.size()) == s.n_layer, mt, ": ", s.sliding.size(),
            " per-layer sliding flags for ", s.n_layer, " layers");
+  ZR_CHECK(s.attn_dropout >= 0 && s.attn_dropout < 1 && s.resid_dropout >= 0 && s.resid_dropout < 1, mt,
+           ": dropout probabilities must be in [0, 1)");
   Builder b(seed, shapes_only);
   const double std = 0.02, proj_std = 0.02 / std::sqrt(2.0 * s.n_layer);
   std::string x = b.token_embed("embed_tokens.weight", "", s.vocab, s.n_ctx, C, std);
@@ -243,8 +266,10 @@ Model build_llama(const LlamaSpec& s, uint64_t seed, bool shapes_only) {
     if (s.attn_scale > 0) aa["scale"] = s.attn_scale;
     if (slide) aa["window"] = s.window;
     if (s.attn_softcap > 0) aa["softcap"] = s.attn_softcap;
+    b.attention_dropout(aa, s.attn_dropout);
     h = b.node("attention", {h, "positions"}, p + ".self_attn.out", {}, aa);
     h = b.linear(h, p + ".self_attn.o_proj", H * D, C, proj_std, s.o_bias);
+    h = b.dropout(h, s.resid_dropout, p + ".resid_attn_dropout");
     if (post || sandwich) h = rms(h, p + ".post_attention_layernorm");
     x = b.node("add", {x, h}, p + ".res1");
     h = post ? x : rms(x, p + (sandwich ? ".pre_feedforward_layernorm" : ".post_attention_layernorm"));
@@ -252,6 +277,7 @@ Model build_llama(const LlamaSpec& s, uint64_t seed, bool shapes_only) {
     std::string u = b.linear(h, p + ".mlp.up_proj", C, s.ffn, std, s.mlp_bias);
     h = b.node(s.act == "silu" ? "swiglu" : "geglu", {g, u}, p + ".mlp.gated");
     h = b.linear(h, p + ".mlp.down_proj", s.ffn, C, proj_std, s.mlp_bias);
+    h = b.dropout(h, s.resid_dropout, p + ".resid_mlp_dropout");
     if (post || sandwich) h = rms(h, p + ".post_feedforward_layernorm");
     x = b.node("add", {x, h}, p + ".res2");
   }

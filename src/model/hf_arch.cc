@@ -177,17 +177,16 @@ std::vector<bool> read_layer_types(const Cfg& c, int64_t L, const std::function<
 }
 }  // namespace
 
-void hf_check_dropout(const json& config, const std::string& path, const char* key, bool no_dropout,
-                      std::vector<std::string>* notes) {
+double hf_dropout(const json& config, const std::string& path, const char* key, bool no_dropout,
+                  std::vector<std::string>* notes) {
   const double p = Cfg{config, path}.number(key, 0.0);
-  if (p == 0.0) return;
+  if (p == 0.0) return 0.0;
   ZR_CHECK(p > 0 && p < 1, path, ": '", key, "' must be a probability in [0, 1), got ", p);
-  ZR_CHECK(no_dropout, path, ": '", key, "' = ", p,
-           " asks for dropout in training, which zerorun does not apply yet: import with --no_dropout to fine-tune "
-           "without it (merge then writes 0.0), or set it to 0.0 in config.json");
+  if (!no_dropout) return p;
   if (notes)
     notes->push_back(std::string("--no_dropout: trains without the ") + key + " of " + std::to_string(p) +
                      " that config.json asks for");
+  return 0.0;
 }
 
 bool hf_decoder_type(const std::string& t) {
@@ -261,8 +260,14 @@ LlamaSpec hf_decoder_spec(const json& full, const std::string& path, std::vector
   ZR_CHECK(c.number("pretraining_tp", 1) == 1, path, ": pretraining_tp ", c.number("pretraining_tp", 1),
            " is not supported (1: the plain projections)");
   ZR_CHECK(!c.has("clip_qkv"), path, ": clip_qkv is not supported (zerorun does not clamp q/k/v)");
-  for (const char* k : {"attention_dropout", "resid_pdrop", "embd_pdrop"})
-    hf_check_dropout(j, path, k, no_dropout, notes);
+  // Dropouts as transformers applies them in training: every model_type here drops attention probabilities
+  // (attention_dropout); Phi-3 also its attention and MLP outputs (resid_pdrop) and never reads embd_pdrop.
+  s.attn_dropout = hf_dropout(j, path, "attention_dropout", no_dropout, notes);
+  if (mt == "phi3") s.resid_dropout = hf_dropout(j, path, "resid_pdrop", no_dropout, notes);
+  for (const char* k : {"resid_pdrop", "embd_pdrop"})
+    if ((mt != "phi3" || std::string(k) == "embd_pdrop") && c.number(k, 0.0) != 0.0 && notes)
+      notes->push_back(path + ": " + k + " = " + std::to_string(c.number(k, 0.0)) + " is not read by transformers' " +
+                       mt + " (no dropout there)");
   ZR_CHECK(c.number("partial_rotary_factor", 1.0) == 1.0, path, ": partial_rotary_factor ",
            c.number("partial_rotary_factor", 1.0), " is not supported (zerorun rotates the whole head)");
   // Norm placement and q/k norms.

@@ -180,9 +180,10 @@ Model gpt2_from(const std::string& dir, const std::string& cfg_path, const json&
     ZR_CHECK(cfg.value(k, json(false)) == json(false), cfg_path, ": ", k, " = true is not supported");
   ZR_CHECK(cfg.value("scale_attn_weights", json(true)) == json(true), cfg_path,
            ": scale_attn_weights = false is not supported");
-  // GPT-2's dropouts (0.1 in every published config.json): an error unless the user asked to train without them.
-  for (const char* k : {"attn_pdrop", "resid_pdrop", "embd_pdrop"})
-    hf_check_dropout(cfg, cfg_path, k, no_dropout, notes);
+  // GPT-2's dropouts (0.1 in every published config.json), applied in training unless --no_dropout.
+  s.attn_pdrop = hf_dropout(cfg, cfg_path, "attn_pdrop", no_dropout, notes);
+  s.resid_pdrop = hf_dropout(cfg, cfg_path, "resid_pdrop", no_dropout, notes);
+  s.embd_pdrop = hf_dropout(cfg, cfg_path, "embd_pdrop", no_dropout, notes);
   const double eps = cfg_eps(cfg, cfg_path, "layer_norm_epsilon", 1e-5);
   Model m = build_gpt2(s, 0);
   for (auto& n : m.graph.nodes)

@@ -102,7 +102,8 @@ json hf_config_json(const Graph& g) {
   if (cls == "GPT2LMHeadModel") {
     ac["model_type"] = "gpt2";
     ac["architectures"] = {cls};
-    for (const char* p : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) ac[p] = 0.0;  // zerorun trains without dropout
+    for (const char* p : {"resid_pdrop", "embd_pdrop", "attn_pdrop"})  // the dropouts zerorun trained with
+      if (!ac.contains(p)) ac[p] = 0.0;
     ac["n_ctx"] = ac.value("n_positions", 1024);
     ac["activation_function"] = "gelu_new";
     double eps = 1e-5;

@@ -55,12 +55,14 @@ struct Run {
   std::vector<Tensor> out, din;
   std::map<std::string, Tensor> dparams;
 };
-// overwrite: inputs the op writes (Op::writes_grad) get NaN-filled fresh gradients with din_acc false.
+// overwrite: inputs the op writes (Op::writes_grad) get NaN-filled fresh gradients with din_acc false. drop: the
+// dropout context of a training micro-batch (null: off).
 inline Run run_op(const Node& n, const std::vector<Tensor>& in, const std::map<std::string, Tensor>& params,
-                  const Tensor& dout_cpu, Device dev, bool overwrite = false) {
+                  const Tensor& dout_cpu, Device dev, bool overwrite = false, const DropoutCtx* drop = nullptr) {
   const Op& op = op_lookup(n.op);
   NodeCtx c;
   c.node = &n;
+  c.dropout = drop;
   std::vector<Tensor> saved;
   c.saved = &saved;
   for (auto& t : in) c.in.push_back(t.to(dev));
@@ -115,7 +117,8 @@ inline Tensor upstream_grad(const Node& n, const std::vector<Tensor>& in, const 
 
 // Worst relative difference of the op's forward output, CPU vs CUDA.
 inline double compare_op(const std::string& opname, json attrs, std::vector<Tensor> in,
-                         std::map<std::string, Tensor> params, double tol = 2e-5, DType pre_round = DType::F32) {
+                         std::map<std::string, Tensor> params, double tol = 2e-5, DType pre_round = DType::F32,
+                         const DropoutCtx* drop = nullptr) {
   INFO("op " << opname);
   const Node n = op_node(opname, std::move(attrs));
   Tensor dout = upstream_grad(n, in, params, 5);
@@ -123,9 +126,9 @@ inline double compare_op(const std::string& opname, json attrs, std::vector<Tens
   for (auto& t : in) t = rounded(t, pre_round);
   for (auto& [k, t] : params) t = rounded(t, pre_round);
   dout = rounded(dout, pre_round);
-  Run a = run_op(n, in, params, dout, Device::cpu());
-  Run b = run_op(n, in, params, dout, kGpu);
-  Run bw = run_op(n, in, params, dout, kGpu, true);
+  Run a = run_op(n, in, params, dout, Device::cpu(), false, drop);
+  Run b = run_op(n, in, params, dout, kGpu, false, drop);
+  Run bw = run_op(n, in, params, dout, kGpu, true, drop);
   close(a.out[0], b.out[0], tol, "output");
   for (size_t k = 0; k < in.size(); ++k)
     if (a.din[k].defined()) {

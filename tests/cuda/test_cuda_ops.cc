@@ -219,6 +219,18 @@ TEST_CASE("cuda ops of today's decoders match cpu ops: qk_norm, Gemma's norms, g
     }
 }
 
+TEST_CASE("cuda dropout matches cpu: the dropout op and attention's probability dropout (the same masks)", "[cuda]") {
+  Rng r(37);
+  const DropoutCtx ctx{true, 1234, 3, 6};
+  double worst = compare_op("dropout", {{"dropout", 0.1}, {"site", 2}}, {rnd({3, 45, 77}, r)}, {}, 2e-5, DType::F32, &ctx);
+  REQUIRE(worst < 2e-5);
+  // Multi-head and grouped-query heads, a window, odd T; the mask differs from no mask (checked on the CPU side).
+  compare_op("attention", {{"n_head", 4}, {"dropout", 0.2}, {"site", 1}}, {rnd({2, 37, 3 * 4 * 16}, r)}, {}, 2e-5,
+             DType::F32, &ctx);
+  compare_op("attention", {{"n_head", 8}, {"n_kv_head", 2}, {"window", 9}, {"dropout", 0.1}, {"site", 0}},
+             {rnd({2, 45, 12 * 64}, r)}, {}, 2e-5, DType::F32, &ctx);
+}
+
 TEST_CASE("16-bit matmul inputs: exact on 16-bit operands, rounding on others", "[cuda]") {
   for (DType dt : {DType::BF16, DType::F16}) {
     INFO("matmul dtype " << dtype_name(dt));

@@ -6,7 +6,9 @@
 // softcap * tanh(scale q.k / softcap) before the mask and the softmax (Gemma 2).
 // An optional second input, positions [B, T] i32 (the graph's optional "positions" input: each token's position in
 // its document, 0 where a document starts), restricts attention to each document of packed sequences: query t sees
-// no key before t - positions[b, t]. Left out (undefined), every row is one document.
+// no key before t - positions[b, t]. Left out (undefined), every row is one document. dropout (default 0) with
+// site: in training the probabilities are dropped out (transformers' attention_dropout / GPT-2's attn_pdrop) with
+// the counter-based mask of kernels/counter_rng.h, on the kernels that keep the probabilities.
 #include "op_util.h"
 
 namespace zerorun::ops {
@@ -17,8 +19,9 @@ using kernels::AttnDims;
 AttnDims dims_of(const Node& n, const Shape& s) {
   for (auto it = n.attrs.begin(); it != n.attrs.end(); ++it) {
     const std::string& k = it.key();
-    ZR_CHECK(k == "n_head" || k == "n_kv_head" || k == "scale" || k == "window" || k == "softcap",
-             "attention has no attribute '", k, "' (it takes n_head, n_kv_head, scale, window, softcap)");
+    ZR_CHECK(k == "n_head" || k == "n_kv_head" || k == "scale" || k == "window" || k == "softcap" || k == "dropout" ||
+                 k == "site",
+             "attention has no attribute '", k, "' (it takes n_head, n_kv_head, scale, window, softcap, dropout, site)");
   }
   ZR_CHECK(s.size() == 3, "qkv must be [B, T, (n_head + 2 n_kv_head) x head size], got ", shape_str(s));
   AttnDims d;
@@ -44,12 +47,15 @@ AttnDims dims_of(const Node& n, const Shape& s) {
   }
   d.softcap = attr_float(n, "softcap", 0.f);
   ZR_CHECK(d.softcap >= 0.f, "attribute 'softcap' must be 0 (none) or positive, got ", d.softcap);
+  dropout_p(n);
   return d;
 }
 
-// The node's sizes with the positions input where given (checked on the CPU: each in [0, t]).
+// The node's sizes with the positions input where given (checked on the CPU: each in [0, t]) and this micro-batch's
+// dropout mask in training.
 AttnDims dims_with_positions(const NodeCtx& c) {
   AttnDims d = dims_of(*c.node, c.in[0].shape());
+  dropout_mask(c, dropout_p(*c.node), d.H * d.T * d.T, &d.drop);
   if (c.in.size() > 1 && c.in[1].defined()) {
     d.pos = c.in[1].i32();
     if (c.in[1].device().is_cpu()) check_position_values(d.pos, d.B, d.T);
@@ -91,8 +97,8 @@ class Attention : public Op {
   bool emits16(size_t) const override { return true; }
   bool takes_dout16(size_t) const override { return true; }
   bool writes_grad(size_t) const override { return true; }
-  bool writes_grad16(const NodeCtx& c, size_t) const override {
-    return be(c).attention16(dims_of(*c.node, c.in[0].shape()));
+  bool writes_grad16(const NodeCtx& c, size_t) const override {  // not with dropout: the materialised path's f32
+    return dropout_p(*c.node) == 0.f && be(c).attention16(dims_of(*c.node, c.in[0].shape()));
   }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;

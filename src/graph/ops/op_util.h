@@ -140,6 +140,26 @@ inline void check_position_values(const int32_t* pos, int64_t B, int64_t T) {
                " is outside [0, ", t, "] (a token's position in its document, which starts inside the row)");
 }
 
+// A node's dropout probability (attribute "dropout", default 0) and its "site", checked.
+inline float dropout_p(const Node& n) {
+  const float p = attr_float(n, "dropout", 0.f);
+  ZR_CHECK(p >= 0.f && p < 1.f, "attribute 'dropout' must be in [0, 1), got ", p);
+  if (p > 0.f) ZR_CHECK(attr_int(n, "site") >= 0, "attribute 'site' must be 0 or more");
+  return p;
+}
+// The mask of one dropout of this node in this forward/backward (kernels/counter_rng.h): element i of a tensor
+// whose first dimension is the micro-batch's samples, `per_sample` elements each, counts from the global index of
+// the micro-batch's first sample. Null where nothing is dropped (p 0 or dropout off: eval).
+inline bool dropout_mask(const NodeCtx& c, float p, int64_t per_sample, kernels::rng::Dropout* d) {
+  if (p <= 0.f || !c.dropout || !c.dropout->on) return false;
+  const DropoutCtx& x = *c.dropout;
+  d->key = kernels::rng::dropout_key(x.seed, x.step, static_cast<uint64_t>(attr_int(*c.node, "site")));
+  d->threshold = kernels::rng::dropout_threshold(p);
+  d->scale = 1.f / (1.f - p);
+  d->counter0 = static_cast<uint64_t>(x.sample0) * static_cast<uint64_t>(per_sample);
+  return true;
+}
+
 std::unique_ptr<Op> make_linear();
 std::unique_ptr<Op> make_matmul();
 std::unique_ptr<Op> make_add();
@@ -151,6 +171,7 @@ std::unique_ptr<Op> make_swiglu();
 std::unique_ptr<Op> make_geglu();
 std::unique_ptr<Op> make_scale();
 std::unique_ptr<Op> make_softcap();
+std::unique_ptr<Op> make_dropout();
 std::unique_ptr<Op> make_qk_norm();
 std::unique_ptr<Op> make_layernorm();
 std::unique_ptr<Op> make_rmsnorm();

@@ -20,6 +20,7 @@ const std::map<std::string, std::unique_ptr<Op>>& table() {
     (*m)["geglu"] = ops::make_geglu();
     (*m)["scale"] = ops::make_scale();
     (*m)["softcap"] = ops::make_softcap();
+    (*m)["dropout"] = ops::make_dropout();
     (*m)["qk_norm"] = ops::make_qk_norm();
     (*m)["layernorm"] = ops::make_layernorm();
     (*m)["rmsnorm"] = ops::make_rmsnorm();
