@@ -14,3 +14,4 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 # One self-contained .exe: libstdc++, libgcc, winpthread and libgomp linked in, no MinGW DLLs to ship.
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-static")
 set(CMAKE_CROSSCOMPILING_EMULATOR wine)
+set(CMAKE_FIND_LIBRARY_SUFFIXES .a)  # static libraries only (libgomp.a, not libgomp.dll.a): no DLLs to ship

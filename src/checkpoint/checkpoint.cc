@@ -34,18 +34,19 @@ std::string resolve_dir(const std::string& save_dir, const std::string& tag) {
   if (fs::exists(fs::path(save_dir) / "manifest.json") && (tag.empty() || tag == "latest")) return save_dir;
   std::string t = tag.empty() ? "latest" : tag;
   if (t == "latest") {
-    std::string lp = (fs::path(save_dir) / "latest").string();
+    std::string lp = platform::generic_path(fs::path(save_dir) / "latest");
     ZR_CHECK(fs::exists(lp), save_dir, ": no checkpoint here (no 'latest' file and no manifest.json)");
     t = read_file(lp);
     while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
     ZR_CHECK(!t.empty() && t.find('/') == std::string::npos, lp, ": does not name a checkpoint tag");
   }
-  std::string d = (fs::path(save_dir) / t).string();
+  std::string d = platform::generic_path(fs::path(save_dir) / t);
   if (!fs::is_directory(d)) {  // a tag that was never saved: say which ones were
     std::vector<std::string> tags;
     std::error_code ec;
     for (const auto& e : fs::directory_iterator(save_dir, ec))
-      if (e.is_directory() && fs::exists(e.path() / "manifest.json")) tags.push_back(e.path().filename().string());
+      if (e.is_directory() && fs::exists(e.path() / "manifest.json"))
+        tags.push_back(platform::generic_path(e.path().filename()));
     std::sort(tags.begin(), tags.end());
     std::string list;
     for (const auto& x : tags) list += (list.empty() ? "" : ", ") + x;

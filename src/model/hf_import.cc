@@ -8,6 +8,7 @@
 #include <set>
 
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 #include "zerorun/hf_arch.h"
 #include "zerorun/hf_layout.h"
 #include "zerorun/model.h"
@@ -55,8 +56,8 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
                      std::vector<std::string>* notes) {
   namespace fs = std::filesystem;
   // The weight files: one model.safetensors, or the shards an index names.
-  const std::string single = (fs::path(dir) / "model.safetensors").string();
-  const std::string index = (fs::path(dir) / "model.safetensors.index.json").string();
+  const std::string single = platform::generic_path(fs::path(dir) / "model.safetensors");
+  const std::string index = platform::generic_path(fs::path(dir) / "model.safetensors.index.json");
   std::vector<std::string> files;
   if (path_exists(single)) {
     files.push_back(single);
@@ -71,10 +72,10 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
                index, ": weight_map['", name, "'] must be a file name in ", dir);
       shards.insert(file.get<std::string>());
     }
-    for (auto& f : shards) files.push_back((fs::path(dir) / f).string());
+    for (auto& f : shards) files.push_back(platform::generic_path(fs::path(dir) / f));
   } else {
     ZR_FAIL(dir, ": has no model.safetensors or model.safetensors.index.json",
-            path_exists((fs::path(dir) / "pytorch_model.bin").string())
+            path_exists(platform::generic_path(fs::path(dir) / "pytorch_model.bin"))
                 ? " (only pytorch_model.bin, a pickle zerorun does not read: save it with safe_serialization=True, "
                   "or convert it with transformers)"
                 : "");
@@ -146,7 +147,7 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
 // (merge copies them from there; their sizes and checksums tell a changed file).
 void keep_hf_files(Model& m, const std::string& dir) {
   namespace fs = std::filesystem;
-  const std::string gen = (fs::path(dir) / "generation_config.json").string();
+  const std::string gen = platform::generic_path(fs::path(dir) / "generation_config.json");
   if (path_exists(gen)) m.graph.meta["hf_generation_config"] = load_json_file_strict(gen);
   json files = json::object();
   for (const char* f : hf_tokenizer_files()) {
@@ -154,7 +155,8 @@ void keep_hf_files(Model& m, const std::string& dir) {
     if (fs::is_regular_file(p)) files[f] = {{"bytes", fs::file_size(p)}, {"crc32", file_crc32(p.string())}};
   }
   if (!files.empty())
-    m.graph.meta["hf_tokenizer"] = {{"dir", fs::absolute(dir).lexically_normal().string()}, {"files", files}};
+    m.graph.meta["hf_tokenizer"] = {{"dir", platform::generic_path(fs::absolute(dir).lexically_normal())},
+                                    {"files", files}};
 }
 
 // The architectures' imports from config.json already read (cfg, from cfg_path).
@@ -209,7 +211,9 @@ Model decoder_from(const std::string& dir, const std::string& cfg_path, const js
   return m;
 }
 
-std::string config_path(const std::string& dir) { return (std::filesystem::path(dir) / "config.json").string(); }
+std::string config_path(const std::string& dir) {
+  return platform::generic_path(std::filesystem::path(dir) / "config.json");
+}
 }  // namespace
 
 Model import_hf_gpt2(const std::string& dir, std::vector<std::string>* notes, bool no_dropout) {

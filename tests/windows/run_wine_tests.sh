@@ -7,6 +7,9 @@ cd "$(dirname "$0")/../.."
 ROOT=$PWD
 BUILD=$(realpath "${1:-build-win}")
 export WINEPREFIX=${WINEPREFIX:-$BUILD/wineprefix} WINEDEBUG=-all WINEDLLOVERRIDES="mscoree,mshtml="
+# The .exe files are linked statically; MinGW's runtime DLLs stay reachable in case a library came in as a DLL.
+GCCDIR=$(dirname "$(x86_64-w64-mingw32-g++-posix -print-libgcc-file-name)")
+export WINEPATH="Z:${GCCDIR//\//\\};Z:\\usr\\x86_64-w64-mingw32\\lib"
 t0=$(date +%s)
 if [[ ! -f "$WINEPREFIX/system.reg" ]]; then
   wineboot -i >/dev/null 2>&1 || true
