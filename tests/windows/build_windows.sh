@@ -18,8 +18,10 @@ for d in nlohmann spdlog fmt CLI catch2; do
 done
 LAUNCHER=()
 command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+# libgomp.a, not FindOpenMP's libgomp.dll.a: a static .exe needs no libgomp-1.dll next to it.
+GOMP=$(x86_64-w64-mingw32-g++-posix -print-file-name=libgomp.a)
 # shellcheck disable=SC2086
-cmake -S . -B "$BUILD" -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchain-mingw64.cmake" -DCMAKE_BUILD_TYPE=Release \
+cmake -S . -B "$BUILD" -DOpenMP_gomp_LIBRARY="$GOMP" -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchain-mingw64.cmake" -DCMAKE_BUILD_TYPE=Release \
   -DZERORUN_ENABLE_CUDA=OFF -DZERORUN_BUILTIN_GEMM=ON -DZERORUN_HEADER_DEPS="$PWD/$BUILD/deps" "${LAUNCHER[@]}" \
   ${ZERORUN_WIN_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD" -j"$JOBS" --target zerorun zerorun_tests zerorun_fuzz_test zerorun_msmpi_standin
