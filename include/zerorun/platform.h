@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,24 +63,39 @@ int run_process(const std::vector<std::string>& argv, std::string* err);
 
 // A child process (the multi-rank launcher's mpirun / mpiexec / srun) started in its own process group with stdin
 // from the null device, which ends when this process ends, while the stop events below are delivered to the waiter.
+// On POSIX this process also becomes a child subreaper, so what the child leaves behind (ranks, ssh) stays
+// findable and killable after the child is gone (end_leftovers).
 class Child {
  public:
   // Starts argv; throws zerorun::Error naming argv[0] and `hint` (e.g. " (install openmpi-bin)") when it cannot.
-  Child(const std::vector<std::string>& argv, const std::string& hint);
+  // capture: the child's stdout and stderr come through pipes (POSIX; ignored on Windows, where they are inherited):
+  // each complete line goes to the line filter and is written to this process's stdout/stderr unless the filter
+  // says not to, in the order it came. A partial line (no newline yet, e.g. a progress line) is passed through at
+  // once unless it starts like `hold_prefix`, the start of the lines a filter may hold back.
+  Child(const std::vector<std::string>& argv, const std::string& hint, bool capture = false,
+        const std::string& hold_prefix = "");
   ~Child();
   Child(const Child&) = delete;
   Child& operator=(const Child&) = delete;
+  // Called with each complete captured line (stream 1 or 2, without its newline); false holds the line back.
+  void set_line_filter(std::function<bool(int stream, const std::string& line)> filter);
   // Sends a stop event (kStop* below) to the child: SIGUSR1/SIGTERM/SIGINT on POSIX; on Windows the console control
   // event (CTRL_BREAK for a graceful stop, as mpiexec forwards it) or termination for kStopTerminate.
   void send(int stop_code);
+  // Kills the child and its process group at once (SIGKILL; the job object's processes on Windows).
+  void kill_all();
+  // After the child ended: every process it left behind (descendants reparented to this process) gets SIGTERM,
+  // and SIGKILL after grace_s; returns how many there were (0 on Windows, where the job object ends them).
+  int end_leftovers(double grace_s);
   // Waits until the child exits; each stop event this process receives meanwhile is passed to on_event (the
-  // handlers installed by install_stop_events are not run). Returns its exit code (128 + signal for a signal).
+  // handlers installed by install_stop_events are not run), and on_event(0) is called at least every 250 ms (for
+  // the caller's timers). Returns its exit code (128 + signal for a signal).
   template <class F>
   int wait(F&& on_event) {
     for (;;) {
       int ev = 0;
       const int code = wait_step(&ev);
-      if (ev) on_event(ev);
+      on_event(ev);
       if (code >= 0) return code;
     }
   }
@@ -89,6 +105,8 @@ class Child {
   struct Impl;
   Impl* impl_;
 };
+// The parent's process id (getppid), 0 where not known (Windows): a rank notices its launcher went away.
+int parent_process_id();
 
 // ---- stop events ----
 // Stop codes are POSIX signal numbers on POSIX; Windows' console control events map onto the same meanings:

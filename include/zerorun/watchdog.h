@@ -1,7 +1,9 @@
 // Collective watchdog: a thread that watches the collective in progress and,
 // if it has not completed within the timeout, prints which op, sequence
 // number and size this rank is stuck in and ends the whole job (instead of a
-// hang nobody can diagnose).
+// hang nobody can diagnose). It also checks every second that the process
+// that started this rank (mpirun, orted, slurmstepd, hydra's proxy) is still
+// its parent: when it is gone the rank ends at once instead of at the timeout.
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +14,7 @@
 #include <thread>
 
 #include "zerorun/dtype.h"
+#include "zerorun/rank_status.h"
 
 namespace zerorun {
 
@@ -44,10 +47,12 @@ class Watchdog {
 class WatchGuard {
  public:
   WatchGuard(Watchdog* w, const char* op, int64_t seq, int64_t count, DType dt) : w_(w) {
+    rank_status::collective_begin(op, seq);
     if (w_) w_->arm(op, seq, count, dt);
   }
   ~WatchGuard() {
     if (w_) w_->disarm();
+    rank_status::collective_end();
   }
   WatchGuard(const WatchGuard&) = delete;
   WatchGuard& operator=(const WatchGuard&) = delete;

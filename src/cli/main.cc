@@ -1,4 +1,5 @@
 // The `zerorun` command: launch (default), train, eval, init, import, merge, report, estimate, prepare, tokenizer.
+#include <algorithm>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +24,7 @@
 #include "zerorun/merge.h"
 #include "zerorun/model.h"
 #include "zerorun/platform.h"
+#include "zerorun/rank_status.h"
 #include "zerorun/stop_signal.h"
 #include "zerorun/tokenizer.h"
 #include "zerorun/strict_json.h"
@@ -376,6 +378,7 @@ int main(int argc, char** argv) {
                                        : std::to_string(launcher_rank());
           std::fprintf(stderr, "zerorun: error on rank %s: %s\n", who.c_str(), e.what());
           std::fflush(stderr);
+          rank_status::report("error", std::string("zerorun: error: ") + e.what(), 1);  // for the launcher's report
           mpi_abort_job(1);
         }
         throw;
@@ -505,6 +508,11 @@ int main(int argc, char** argv) {
     if (distributed) {
       if (!hostfile.empty()) lr.hosts = launch::load_hostfile(hostfile);
       lr.env = launch::job_environment();  // ZERORUN_*, NCCL_*, ..., then .deepspeed_env
+      // Every rank tells the launcher why it ended (rank_status.h): the root-cause report.
+      lr.env.erase(std::remove_if(lr.env.begin(), lr.env.end(),
+                                  [](const launch::EnvVar& v) { return v.name == "ZERORUN_RANK_STATUS"; }),
+                   lr.env.end());
+      lr.env.push_back({"ZERORUN_RANK_STATUS", "1", false});
       if (*app.get_option("--num_gpus") || lr.hosts.empty()) lr.num_gpus = num_gpus;
       lr.as_root = platform::is_root_user();
       lr.local_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -520,18 +528,23 @@ int main(int argc, char** argv) {
           save_dir = load_config(launch.config_path).train.save_dir;
         } catch (const Error&) {  // the ranks report a bad config
         }
-      return launch::supervise(argv_s, save_dir);
+      std::vector<std::string> rank_hosts;  // in rank order, as the launchers fill slots
+      for (const launch::Placement& p : placement) rank_hosts.insert(rank_hosts.end(), p.slots.size(), p.host);
+      return launch::supervise(argv_s, save_dir, rank_hosts);
     }
     auto comm = make_train_comm(launch);
     return run_training(launch, *comm);
   } catch (const Error& e) {
     std::fprintf(stderr, "zerorun: error: %s\n", e.what());
+    rank_status::report("error", std::string("zerorun: error: ") + e.what(), 1);  // a rank: for the launcher
     return 1;
   } catch (const std::filesystem::filesystem_error& e) {  // a path that cannot be used: an input fault
     std::fprintf(stderr, "zerorun: error: %s\n", e.what());
+    rank_status::report("error", std::string("zerorun: error: ") + e.what(), 1);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "zerorun: internal error: %s\n", e.what());
+    rank_status::report("error", std::string("zerorun: internal error: ") + e.what(), 3);
     return 3;
   }
 }

@@ -8,6 +8,7 @@
 
 #include "zerorun/comm.h"
 #include "zerorun/error.h"
+#include "zerorun/rank_status.h"
 
 namespace zerorun {
 namespace {
@@ -119,6 +120,7 @@ class MpiComm : public Communicator {
       ZR_CHECK(end != t && *end == '\0' && timeout >= 0 && timeout < 1e9, "ZERORUN_COMM_TIMEOUT '", t,
                "' is not a number of seconds (0 turns the watchdog off)");
     }
+    rank_status::set_identity(rank_, size_);  // what this rank tells the launcher when it fails
     if (size_ > 1) enable_watchdog(timeout, [] { MPI_Abort(MPI_COMM_WORLD, 1); });
   }
   ~MpiComm() override { enable_watchdog(0, nullptr); }

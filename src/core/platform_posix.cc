@@ -1,24 +1,29 @@
 // The POSIX (Linux) side of the platform layer (include/zerorun/platform.h): the only file in src/ that calls
 // POSIX-only functions. Its Windows twin is platform_win32.cc; CMake compiles one of them.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <dlfcn.h>
 #include <execinfo.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <thread>
 
@@ -181,13 +186,94 @@ void kill_self_hard() {
 struct Child::Impl {
   pid_t pid = -1;
   sigset_t stops{}, old{};
+  int sigfd = -1;
+  bool capture = false;
+  std::string hold_prefix;
+  std::function<bool(int, const std::string&)> filter;
+  struct Stream {
+    int fd = -1;       // read end of the pipe; -1 once closed
+    int out = 1;       // where its lines go
+    std::string buf;   // the line not complete yet
+    bool mid = false;  // part of the current line was passed through already
+  } streams[2];
+
+  static void write_all(int fd, const char* p, size_t n) {
+    while (n) {
+      const ssize_t w = ::write(fd, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return;
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+  }
+  // Hands complete lines to the filter, passes the rest on where it cannot be a held-back line. eof: flush all.
+  void drain(Stream& st, bool eof) {
+    size_t start = 0;
+    for (size_t nl; (nl = st.buf.find('\n', start)) != std::string::npos; start = nl + 1) {
+      const std::string line = st.buf.substr(start, nl - start);
+      bool pass = true;
+      if (!st.mid && filter) pass = filter(st.out, line);
+      if (pass) write_all(st.out, st.buf.data() + start, nl - start + 1);
+      st.mid = false;
+    }
+    st.buf.erase(0, start);
+    if (st.buf.empty()) return;
+    const size_t k = std::min(st.buf.size(), hold_prefix.size());
+    const bool may_hold = !st.mid && !hold_prefix.empty() && st.buf.compare(0, k, hold_prefix, 0, k) == 0;
+    if (eof || !may_hold || st.buf.size() > (1u << 16)) {
+      if (eof && !st.mid && filter && !filter(st.out, st.buf)) {
+        st.buf.clear();
+        return;
+      }
+      write_all(st.out, st.buf.data(), st.buf.size());
+      st.buf.clear();
+      st.mid = !eof;
+    }
+  }
+  // Reads what is there (non-blocking); false at end of file.
+  bool read_some(Stream& st) {
+    char b[65536];
+    for (;;) {
+      const ssize_t n = ::read(st.fd, b, sizeof b);
+      if (n > 0) {
+        st.buf.append(b, static_cast<size_t>(n));
+        if (static_cast<size_t>(n) < sizeof b) break;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      drain(st, true);
+      ::close(st.fd);
+      st.fd = -1;
+      return false;
+    }
+    drain(st, false);
+    return true;
+  }
 };
 
-Child::Child(const std::vector<std::string>& argv, const std::string& hint) : impl_(new Impl) {
+Child::Child(const std::vector<std::string>& argv, const std::string& hint, bool capture,
+             const std::string& hold_prefix)
+    : impl_(new Impl) {
   ZR_CHECK(!argv.empty(), "supervise: empty command");
   sigemptyset(&impl_->stops);
   for (int s : {SIGTERM, SIGINT, SIGUSR1, SIGHUP, SIGCHLD}) sigaddset(&impl_->stops, s);
   sigprocmask(SIG_BLOCK, &impl_->stops, &impl_->old);
+  impl_->sigfd = ::signalfd(-1, &impl_->stops, SFD_NONBLOCK | SFD_CLOEXEC);
+  // Orphans of the child (ranks, ssh, after mpirun was killed) are reparented here, not to init: end_leftovers().
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  impl_->capture = capture;
+  impl_->hold_prefix = hold_prefix;
+  int pipes[2][2] = {{-1, -1}, {-1, -1}};
+  if (capture)
+    for (int i = 0; i < 2; ++i) {
+      if (::pipe2(pipes[i], O_CLOEXEC) != 0) {
+        const int e = errno;
+        sigprocmask(SIG_SETMASK, &impl_->old, nullptr);
+        delete impl_;
+        ZR_FAIL("cannot start ", argv[0], ": pipe: ", std::strerror(e));
+      }
+    }
   std::fflush(stdout);
   std::fflush(stderr);
   const pid_t parent = ::getpid();
@@ -208,6 +294,10 @@ Child::Child(const std::vector<std::string>& argv, const std::string& hint) : im
     if (::getppid() != parent) _exit(128 + SIGTERM);
     const int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, 0);
+    if (capture) {
+      ::dup2(pipes[0][1], 1);  // dup2 clears O_CLOEXEC on the copies
+      ::dup2(pipes[1][1], 2);
+    }
     sigprocmask(SIG_SETMASK, &impl_->old, nullptr);
     std::vector<char*> av = c_argv(argv);
     ::execvp(av[0], av.data());
@@ -217,28 +307,136 @@ Child::Child(const std::vector<std::string>& argv, const std::string& hint) : im
   }
   ::setpgid(child, child);  // also here: no window where a signal to the group would reach it
   impl_->pid = child;
+  if (capture)
+    for (int i = 0; i < 2; ++i) {
+      ::close(pipes[i][1]);
+      ::fcntl(pipes[i][0], F_SETFL, O_NONBLOCK);
+      impl_->streams[i].fd = pipes[i][0];
+      impl_->streams[i].out = i + 1;
+    }
 }
 
 Child::~Child() {
+  for (auto& st : impl_->streams)
+    if (st.fd >= 0) {
+      impl_->drain(st, true);
+      ::close(st.fd);
+    }
+  if (impl_->sigfd >= 0) ::close(impl_->sigfd);
   sigprocmask(SIG_SETMASK, &impl_->old, nullptr);
   delete impl_;
 }
 
-void Child::send(int stop_code) { ::kill(impl_->pid, stop_code); }
+void Child::set_line_filter(std::function<bool(int, const std::string&)> filter) { impl_->filter = std::move(filter); }
+
+void Child::send(int stop_code) {
+  if (impl_->pid > 0) ::kill(impl_->pid, stop_code);
+}
+
+void Child::kill_all() {
+  if (impl_->pid > 0) {
+    ::kill(-impl_->pid, SIGKILL);
+    ::kill(impl_->pid, SIGKILL);
+  }
+}
+
+namespace {
+// This process's descendants (through /proc's parent links), deepest last.
+std::vector<pid_t> descendants() {
+  std::vector<std::pair<pid_t, pid_t>> procs;  // pid, ppid
+  if (DIR* d = ::opendir("/proc")) {
+    while (dirent* e = ::readdir(d)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0) continue;
+      char path[64];
+      std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+      FILE* f = std::fopen(path, "r");
+      if (!f) continue;
+      char buf[512];
+      const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+      std::fclose(f);
+      buf[n] = 0;
+      const char* close = std::strrchr(buf, ')');  // "pid (comm) state ppid ..."; comm may hold spaces
+      char state = 0;
+      int ppid = 0;
+      if (close && std::sscanf(close + 1, " %c %d", &state, &ppid) == 2 && state != 'Z')
+        procs.push_back({pid, static_cast<pid_t>(ppid)});
+    }
+    ::closedir(d);
+  }
+  std::vector<pid_t> out = {::getpid()};
+  for (size_t i = 0; i < out.size(); ++i)
+    for (auto& [pid, ppid] : procs)
+      if (ppid == out[i]) out.push_back(pid);
+  out.erase(out.begin());
+  return out;
+}
+void reap_all() {
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+}  // namespace
+
+int Child::end_leftovers(double grace_s) {
+  reap_all();
+  std::vector<pid_t> left = descendants();
+  if (left.empty()) return 0;
+  const int n = static_cast<int>(left.size());
+  for (pid_t p : left) ::kill(p, SIGTERM);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(grace_s);
+  while (std::chrono::steady_clock::now() < until) {
+    reap_all();
+    if (descendants().empty()) return n;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (pid_t p : descendants()) ::kill(p, SIGKILL);
+  for (int i = 0; i < 40 && !descendants().empty(); ++i) {
+    reap_all();
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  reap_all();
+  return n;
+}
 
 int Child::wait_step(int* event) {
   *event = 0;
   int status = 0;
   if (impl_->pid < 0) return 127;
+  pollfd fds[3];
+  int nfds = 0;
+  fds[nfds++] = {impl_->sigfd, POLLIN, 0};
+  for (auto& st : impl_->streams)
+    if (st.fd >= 0) fds[nfds++] = {st.fd, POLLIN, 0};
+  if (::poll(fds, static_cast<nfds_t>(nfds), 200) > 0) {
+    for (auto& st : impl_->streams)
+      if (st.fd >= 0) impl_->read_some(st);
+    signalfd_siginfo si;
+    while (::read(impl_->sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+      if (si.ssi_signo != SIGCHLD && !*event) *event = static_cast<int>(si.ssi_signo);
+  }
   if (::waitpid(impl_->pid, &status, WNOHANG) == impl_->pid) {
+    // What the child wrote last: read until its pipes end (closed by every process holding them, e.g. a rank
+    // mpirun left behind), for at most 2 s.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (;;) {
+      pollfd pf[2];
+      int n = 0;
+      for (auto& st : impl_->streams)
+        if (st.fd >= 0) pf[n++] = {st.fd, POLLIN, 0};
+      if (!n || std::chrono::steady_clock::now() >= until) break;
+      if (::poll(pf, static_cast<nfds_t>(n), 100) > 0)
+        for (auto& st : impl_->streams)
+          if (st.fd >= 0) impl_->read_some(st);
+    }
+    for (auto& st : impl_->streams)
+      if (st.fd >= 0) impl_->drain(st, true), st.buf.clear();
     impl_->pid = -1;
     return exit_code(status);
   }
-  siginfo_t si;
-  const int sig = sigwaitinfo(&impl_->stops, &si);
-  if (sig > 0 && sig != SIGCHLD) *event = sig;
   return -1;
 }
+
+int parent_process_id() { return static_cast<int>(::getppid()); }
 
 // ---- stop events ----
 const int kStopGraceful = SIGUSR1;

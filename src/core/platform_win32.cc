@@ -400,7 +400,11 @@ struct Child::Impl {
   DWORD pid = 0;
 };
 
-Child::Child(const std::vector<std::string>& argv, const std::string& hint) : impl_(new Impl) {
+// capture and hold_prefix are not implemented here: the child's output is inherited (no line filter runs), so the
+// multi-rank launcher's report knows only the exit code on Windows.
+Child::Child(const std::vector<std::string>& argv, const std::string& hint, bool /*capture*/,
+             const std::string& /*hold_prefix*/)
+    : impl_(new Impl) {
   ZR_CHECK(!argv.empty(), "supervise: empty command");
   install_console_handler();
   g_supervising.store(true);
@@ -455,6 +459,17 @@ void Child::send(int stop_code) {
   // A new process group ignores CTRL_C; CTRL_BREAK is the event mpiexec forwards to the ranks.
   GenerateConsoleCtrlEvent(CTRL_BREAK_EVENT, impl_->pid);
 }
+
+void Child::set_line_filter(std::function<bool(int, const std::string&)>) {}
+
+void Child::kill_all() {
+  if (impl_->job) TerminateJobObject(impl_->job, 137);
+  if (impl_->process) TerminateProcess(impl_->process, 137);
+}
+
+int Child::end_leftovers(double) { return 0; }  // the job object (KILL_ON_JOB_CLOSE) ends them
+
+int parent_process_id() { return 0; }
 
 int Child::wait_step(int* event) {
   *event = 0;

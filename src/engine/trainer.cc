@@ -20,6 +20,7 @@
 #include "zerorun/platform.h"
 #include "zerorun/profile.h"
 #include "zerorun/rank_agreement.h"
+#include "zerorun/rank_status.h"
 #include "zerorun/safetensors.h"
 #include "zerorun/stop_signal.h"
 
@@ -267,6 +268,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   int fixed_skips = 0;
   int stopped_by = 0;  // a graceful-stop signal all ranks agreed on (stop_signal.h)
   while (engine.global_step() < cfg.train.steps && !stopped_by) {
+    rank_status::set_step(engine.global_step() + 1);  // for the launcher's report when this rank fails
     StepStats st = engine.train_step(*data);
     ZR_CHECK(std::isfinite(st.loss) || st.skipped, "loss became ", st.loss, " at step ", st.step,
              " (diverged; lower the learning rate or enable gradient_clipping)");
