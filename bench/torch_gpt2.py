@@ -85,8 +85,11 @@ def args(extra=(), vocab=50304):
     ap.add_argument("--layers", type=int, required=True)
     ap.add_argument("--embd", type=int, required=True)
     ap.add_argument("--heads", type=int, required=True)
-    for flag, t in extra:
-        ap.add_argument(flag, type=t, required=True)
+    for flag, t, *default in extra:  # (flag, type) required, (flag, type, default) optional
+        if default:
+            ap.add_argument(flag, type=t, default=default[0])
+        else:
+            ap.add_argument(flag, type=t, required=True)
     ap.add_argument("--vocab", type=int, default=vocab)
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--batch", type=int, required=True)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch reference for the llama-* sizes of bench/bench_gpt2.sh: a Llama
 (RMSNorm, rotary q/k, grouped-query SDPA attention, SwiGLU, untied head, no
-biases) from random init, timed by torch_gpt2.py's bench (bf16 autocast, fused
+biases; --tied 1 --qkv_bias 1: Qwen2's tied head and q/k/v biases) from random init, timed by torch_gpt2.py's bench (bf16 autocast, fused
 AdamW, torch.compile); prints tokens/s, MFU and peak memory in the zerorun
 side's format."""
 import math
@@ -19,11 +19,11 @@ def rotate(x, cos, sin):
 
 
 class Block(nn.Module):
-    def __init__(self, C, H, K, FF, L):
+    def __init__(self, C, H, K, FF, L, qkv_bias=False):
         super().__init__()
         self.H, self.K, self.D = H, K, C // H
         self.ln_1, self.ln_2 = nn.RMSNorm(C, eps=1e-6), nn.RMSNorm(C, eps=1e-6)
-        self.qkv = nn.Linear(C, (H + 2 * K) * self.D, bias=False)
+        self.qkv = nn.Linear(C, (H + 2 * K) * self.D, bias=qkv_bias)
         self.o = nn.Linear(C, C, bias=False)
         self.gate, self.up = nn.Linear(C, FF, bias=False), nn.Linear(C, FF, bias=False)
         self.down = nn.Linear(FF, C, bias=False)
@@ -43,15 +43,19 @@ class Block(nn.Module):
 
 
 class Llama(nn.Module):
-    def __init__(self, V, T, C, L, H, K, FF):
+    def __init__(self, V, T, C, L, H, K, FF, tied=False, qkv_bias=False):
         super().__init__()
         self.emb = nn.Embedding(V, C)
-        self.h = nn.ModuleList(Block(C, H, K, FF, L) for _ in range(L))
+        self.h = nn.ModuleList(Block(C, H, K, FF, L, qkv_bias) for _ in range(L))
         self.norm = nn.RMSNorm(C, eps=1e-6)
         self.head = nn.Linear(C, V, bias=False)
+        if tied:
+            self.head.weight = self.emb.weight
         for n, p in self.named_parameters():
             if p.dim() >= 2 and not n.endswith(("o.weight", "down.weight")):
                 nn.init.normal_(p, 0.0, 0.02)
+            elif n.endswith("qkv.bias"):
+                nn.init.zeros_(p)
         D = C // H
         inv = 1.0 / (10000.0 ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
         emb = torch.cat([torch.outer(torch.arange(T, dtype=torch.float32), inv)] * 2, dim=-1)
@@ -69,8 +73,8 @@ class Llama(nn.Module):
 
 
 def main():
-    a = args((("--kv_heads", int), ("--ffn", int)), vocab=32000)
-    bench(Llama(a.vocab, a.seq, a.embd, a.layers, a.heads, a.kv_heads, a.ffn).cuda(), a)
+    a = args((("--kv_heads", int), ("--ffn", int), ("--tied", int, 0), ("--qkv_bias", int, 0)), vocab=32000)
+    bench(Llama(a.vocab, a.seq, a.embd, a.layers, a.heads, a.kv_heads, a.ffn, a.tied == 1, a.qkv_bias == 1).cuda(), a)
 
 
 if __name__ == "__main__":

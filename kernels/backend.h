@@ -90,17 +90,19 @@ class Backend {
   // Its backward with x and dy each f32 or 16-bit.
   virtual void act_bwd16(Act, Src, Src, Grad, int64_t) { ZR_FAIL("16-bit activations are CUDA-only"); }
   // Cross-entropy over 16-bit logits (same contract as cross_entropy_fwd / _bwd).
-  virtual void cross_entropy_fwd16(const uint16_t*, const int32_t*, float*, int64_t, int64_t, float*) {
+  virtual void cross_entropy_fwd16(const uint16_t*, const int32_t*, float*, int64_t, int64_t, float*,
+                                   int64_t /*denom*/ = 0) {
     ZR_FAIL("16-bit activations are CUDA-only");
   }
-  virtual void cross_entropy_bwd16(const uint16_t*, const int32_t*, const float*, const float*, Grad, int64_t,
-                                   int64_t) {
+  virtual void cross_entropy_bwd16(const uint16_t*, const int32_t*, const float*, const float*, Grad, int64_t, int64_t,
+                                   int64_t /*denom*/ = 0) {
     ZR_FAIL("16-bit activations are CUDA-only");
   }
   // Forward and backward at once where fuses_cross_entropy(V) (CUDA 16-bit runs): *loss = the mean loss, and the
   // 16-bit logits [N, V] overwritten with their gradient for d(loss) = *dloss (a device scalar).
   virtual bool fuses_cross_entropy(int64_t /*V*/) const { return false; }
-  virtual void cross_entropy_fused16(uint16_t*, const int32_t*, int64_t, int64_t, const float*, float*) {
+  virtual void cross_entropy_fused16(uint16_t*, const int32_t*, int64_t, int64_t, const float*, float*,
+                                     int64_t /*denom*/ = 0) {
     ZR_FAIL("fused cross-entropy is CUDA-only");
   }
   virtual void layernorm_fwd16(const float*, const float*, const float*, uint16_t*, float*, float*, int64_t, int64_t,
@@ -198,12 +200,13 @@ class Backend {
   virtual void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) = 0;
   virtual void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) = 0;
   // Mean cross-entropy into *loss (a scalar on the backend's device); each row's log-sum-exp to lse[N] for the
-  // backward.
+  // backward. denom (0: N) divides the rows' sum instead of N: the rows are one chunk of a larger batch (the
+  // executor's chunked head and loss), whose chunks' losses add up to the batch's mean.
   virtual void cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
-                                 float* loss) = 0;
-  // dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
+                                 float* loss, int64_t denom = 0) = 0;
+  // dlogits += dloss * (exp(logits - lse) - onehot(target)) / denom (0: N)
   virtual void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                                 Grad dlogits, int64_t N, int64_t V) = 0;
+                                 Grad dlogits, int64_t N, int64_t V, int64_t denom = 0) = 0;
   // *loss (a scalar in the backend's memory, written on its stream: nothing waits) = mean((pred - target)^2).
   virtual void mse_fwd(const float* pred, const float* target, int64_t n, float* loss) = 0;
   virtual void mse_bwd(const float* pred, const float* target, const float* dloss, Grad dpred, int64_t n) = 0;

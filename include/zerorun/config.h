@@ -68,6 +68,9 @@ struct TrainConfig {
   // Documents of zerorun shards: packed into windows of seq_len (true: attention and positions per document where
   // the graph has the "positions" input), or one a sequence, padded (false).
   bool packing = true;
+  // The chunked head and loss (Executor::loss_chunk_bytes / loss_chunk_rows): each chunk's logits within this
+  // many MiB (0: never chunked), or this many rows a chunk where > 0.
+  int64_t loss_chunk_mib = 256, loss_chunk_rows = 0;
 };
 
 enum class Precision { FP32, BF16, FP16 };
@@ -91,6 +94,8 @@ struct Config {
   TrainConfig train;
   std::vector<std::string> warnings;
   // How each "auto" (and each alias or legacy spelling) was resolved: logged at start by the trainer.
+  // activation_checkpointing.recompute: "block" (the default), or of "norms", "mlp_act", "attention"; empty: none.
+  std::vector<std::string> recompute = {"block"};
   std::vector<std::string> notes;
 
   // Filled by resolve():

@@ -60,7 +60,7 @@ struct NodeCtx {
   // it keeps them): ops use these instead of rounding a param on every call. Absent roles: no such copy.
   std::map<std::string, Tensor> params16;
   std::vector<Tensor>* saved = nullptr;  // what forward keeps for backward
-  const DropoutCtx* dropout = nullptr;    // the executor's (Executor::set_dropout); null: off
+  const DropoutCtx* dropout = nullptr;   // the executor's (Executor::set_dropout); null: off
   std::vector<Tensor> din, dout;
   std::vector<bool> din_acc;  // per input; missing entries mean "accumulate"
   std::vector<bool> out16;    // forward: outputs the executor asks for in 16-bit storage (see Op::emits16)
@@ -72,6 +72,9 @@ struct NodeCtx {
   // that scalar, on the device. Input 0 is then read by this op alone, and it may overwrite it with its gradient
   // (its backward may hand that tensor over as din[0] instead of writing the fresh one).
   Tensor loss_grad;
+  // The loss op (Op::rows_independent) runs on one chunk of the batch's rows: its mean divides by this many rows
+  // (the batch's) instead of its own, so the chunks' losses and gradients add up to the batch's. 0: its own rows.
+  int64_t loss_denom = 0;
   // A residual add folded into this linear by the executor (Op::fuses_residual): forward: out[0] = linear + residual
   // where the shapes match (setting residual_used); the linear's own output is then not materialised.
   Tensor residual;
@@ -118,6 +121,14 @@ class Op {
   virtual bool grad_is_dout(size_t /*input*/) const { return false; }
   // Whether the op honours NodeCtx::residual (linear).
   virtual bool fuses_residual() const { return false; }
+  // Row-local: input 0 and output 0 are [..., width] and each output row depends only on the same input row
+  // (other inputs, if any, indexed by the same rows: a loss's targets); for a loss, it honours
+  // NodeCtx::loss_denom. The executor may then run the op on chunks of rows (linear, softcap, cross_entropy: the
+  // chunked head and loss).
+  virtual bool rows_independent() const { return false; }
+  // What selective recomputation calls this op (Executor::recompute): "norms", "mlp_act", "attention"; empty:
+  // never recomputed alone.
+  virtual const char* recompute_class() const { return ""; }
 };
 
 const Op& op_lookup(const std::string& name);  // throws with the list of known ops
@@ -207,11 +218,31 @@ class Executor {
   // Activation checkpointing: blocks listed here keep only their inputs
   // during forward and recompute in backward.
   std::vector<bool> checkpoint_block;
+  // Selective recomputation: nodes listed here drop their outputs (those read only inside their block) and what
+  // they saved once their block's forward is done, and run their forward again when the block's backward starts.
+  std::vector<bool> recompute_node;
+  // Marks the nodes of `blocks` whose op's recompute_class() is in `classes` ("norms", "mlp_act", "attention");
+  // returns how many. A GELU recomputed is no longer fused into its linear's forward (the same kernel both times).
+  int set_recompute(const std::set<std::string>& classes, const std::vector<bool>& blocks);
+  // Chunked head and loss: the loss (rows_independent) and the row-local nodes back to the linear feeding it (the
+  // head; softcap between) run over chunks of rows, so only a chunk's logits [rows, V] exist at a time: forward:
+  // logits, loss of each chunk; backward: each chunk's logits again, the loss's gradient, d(hidden) rows and the
+  // head weight's gradient. Costs one more head product; used where the batch has more rows than a chunk.
+  // Rows per chunk: loss_chunk_rows, else as many as keep a chunk's logits within loss_chunk_bytes; 0 and 0: off.
+  int64_t loss_chunk_bytes = int64_t{256} << 20;
+  int64_t loss_chunk_rows = 0;
+  bool loss_chunk_planned() const { return !loss_chain_.empty(); }
+  int64_t last_loss_chunks() const { return loss_chunks_; }  // chunks the last forward ran (0: not chunked)
 
  private:
   void run_node_forward(size_t i);
   void plan_gelu_fusions();
   void plan_residual_fusions();
+  void plan_loss_chunks();
+  int64_t chunk_rows(int64_t N) const;  // rows per chunk of the loss chain at N rows; 0: not chunked
+  void chunked_loss(bool backward);     // the chain over its chunks (backward: with the gradients)
+  void fill_params(size_t node, NodeCtx& c, bool with16) const;
+  void fill_param_grads(size_t node, NodeCtx& c);  // dparams, handling fresh gradients
   std::vector<bool> grad_aliases(size_t node, const std::vector<Tensor>& dout) const;
   static bool is16(const Tensor& t) { return t.defined() && t.dtype() != DType::F32 && t.dtype() != DType::I32; }
   const Graph& g_;
@@ -237,7 +268,9 @@ class Executor {
   // Per linear: the add node it folds in (or -1) and the add's other input, the residual.
   std::vector<int> res_add_;
   std::vector<size_t> res_value_;
-  std::vector<bool> done_;  // per node: a fused producer already made its output in this forward
+  std::vector<bool> done_;          // per node: a fused producer already made its output in this forward
+  std::vector<size_t> loss_chain_;  // head linear first, loss last; empty: no chunked loss possible
+  int64_t loss_chunks_ = 0;
   bool fuse_ = true;
   DropoutCtx dropout_;
   int aliased_ = 0;

@@ -158,13 +158,13 @@ class CpuBackend : public Backend {
   void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) override {
     cpu::pos_embedding_bwd(dout, dtable, B, T, C);
   }
-  void cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
-                         float* loss) override {
-    *loss = static_cast<float>(cpu::cross_entropy_fwd(logits, targets, lse, N, V));
+  void cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V, float* loss,
+                         int64_t denom = 0) override {
+    *loss = static_cast<float>(cpu::cross_entropy_fwd(logits, targets, lse, N, V, denom));
   }
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                         Grad dlogits, int64_t N, int64_t V) override {
-    cpu::cross_entropy_bwd(logits, targets, lse, *dloss, acc_ptr(dlogits, N * V), N, V);
+                         Grad dlogits, int64_t N, int64_t V, int64_t denom = 0) override {
+    cpu::cross_entropy_bwd(logits, targets, lse, *dloss, acc_ptr(dlogits, N * V), N, V, denom);
   }
   void mse_fwd(const float* pred, const float* target, int64_t n, float* loss) override {
     *loss = static_cast<float>(cpu::mse_fwd(pred, target, n));

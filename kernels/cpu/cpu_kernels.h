@@ -160,12 +160,13 @@ void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t
 void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C);
 void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C);
 
-// Mean softmax cross-entropy over N rows of logits [N, V]; returns the loss
-// and writes each row's log-sum-exp to lse[N].
-double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V);
-// dlogits += dloss * (exp(logits - lse) - onehot(target)) / N
+// Mean softmax cross-entropy over N rows of logits [N, V] (the rows' sum over denom where denom > 0: one chunk
+// of a larger batch); returns the loss and writes each row's log-sum-exp to lse[N].
+double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
+                         int64_t denom = 0);
+// dlogits += dloss * (exp(logits - lse) - onehot(target)) / (denom > 0 ? denom : N)
 void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, float dloss, float* dlogits,
-                       int64_t N, int64_t V);
+                       int64_t N, int64_t V, int64_t denom = 0);
 double mse_fwd(const float* pred, const float* target, int64_t n);
 void mse_bwd(const float* pred, const float* target, float dloss, float* dpred, int64_t n);
 

@@ -7,7 +7,7 @@
 
 namespace zerorun::kernels::cpu {
 
-double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V) {
+double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V, int64_t denom) {
   std::vector<double> row_loss(N);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
@@ -21,12 +21,12 @@ double cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse
   }
   double tot = 0.0;
   for (int64_t n = 0; n < N; ++n) tot += row_loss[n];
-  return tot / static_cast<double>(N);
+  return tot / static_cast<double>(denom > 0 ? denom : N);
 }
 
 void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, float dloss, float* dlogits,
-                       int64_t N, int64_t V) {
-  const float scale = dloss / static_cast<float>(N);
+                       int64_t N, int64_t V, int64_t denom) {
+  const float scale = dloss / static_cast<float>(denom > 0 ? denom : N);
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     if (targets[n] == -100) continue;  // ignore_index: no gradient

@@ -1008,7 +1008,7 @@ __global__ void k_ce_fwd(const L* logits, const int32_t* targets, float* row_los
 // dloss * (softmax - onehot) / N. 16-bit logits, V % 4 == 0; 1024 threads so the rows in flight (two blocks an SM)
 // stay in L2 for the second pass.
 __global__ void __launch_bounds__(1024) k_ce_fused(uint16_t* logits, const int32_t* targets, float* row_loss,
-                                                   const float* dloss, int64_t N, int64_t V, bool bf) {
+                                                   const float* dloss, int64_t N, int64_t V, bool bf) {  // N: denom
   uint16_t* l = logits + blockIdx.x * V;
   constexpr float L2E = 1.4426950408889634f;
   const float z = block_row_lse(l, V, bf);
@@ -1049,8 +1049,8 @@ __global__ void k_ce_bwd(const L* logits, const int32_t* targets, const float* l
       st1(d, v, scale * (expf(ld1(l, v, bf) - z) - (v == t ? 1.f : 0.f)), acc, bf);
   }
 }
-// out = mean of x[n], summed in f64 by one block (deterministic).
-__global__ void k_mean(const float* x, int64_t n, float* out) {
+// out = sum of x[n] / denom, summed in f64 by one block (deterministic).
+__global__ void k_mean(const float* x, int64_t n, float* out, int64_t denom) {
   __shared__ double sh[32];
   double s = 0.0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) s += x[i];
@@ -1060,7 +1060,7 @@ __global__ void k_mean(const float* x, int64_t n, float* out) {
   if (threadIdx.x < 32) {
     s = threadIdx.x < blockDim.x / 32 ? sh[threadIdx.x] : 0.0;
     for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    if (threadIdx.x == 0) *out = static_cast<float>(s / static_cast<double>(n));
+    if (threadIdx.x == 0) *out = static_cast<float>(s / static_cast<double>(denom));
   }
 }
 __global__ void k_set1(float* p, float v) { *p = v; }
@@ -1677,56 +1677,59 @@ class CudaBackend : public Backend {
   void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) override {
     LAUNCH(k_pos_bwd, T * C, dout, dtable, B, T, C);
   }
-  void cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
-                         float* loss) override {
-    ce_fwd(logits, targets, lse, N, V, loss);
+  // denom (0: N) divides the rows' loss sum and the gradient instead of N (a chunk of a larger batch).
+  void cross_entropy_fwd(const float* logits, const int32_t* targets, float* lse, int64_t N, int64_t V, float* loss,
+                         int64_t denom = 0) override {
+    ce_fwd(logits, targets, lse, N, V, loss, denom);
   }
   void cross_entropy_fwd16(const uint16_t* logits, const int32_t* targets, float* lse, int64_t N, int64_t V,
-                           float* loss) override {
-    ce_fwd(logits, targets, lse, N, V, loss);
+                           float* loss, int64_t denom = 0) override {
+    ce_fwd(logits, targets, lse, N, V, loss, denom);
   }
   void cross_entropy_bwd16(const uint16_t* logits, const int32_t* targets, const float* lse, const float* dloss,
-                           Grad dlogits, int64_t N, int64_t V) override {
-    ce_bwd(logits, targets, lse, dloss, dlogits, N, V);
+                           Grad dlogits, int64_t N, int64_t V, int64_t denom = 0) override {
+    ce_bwd(logits, targets, lse, dloss, dlogits, N, V, denom);
   }
   bool fuses_cross_entropy(int64_t V) const override { return mm_ != DType::F32 && V % 4 == 0; }
   void cross_entropy_fused16(uint16_t* logits, const int32_t* targets, int64_t N, int64_t V, const float* dloss,
-                             float* loss) override {
+                             float* loss, int64_t denom = 0) override {
+    const int64_t D = denom > 0 ? denom : N;
     ZR_CHECK(fuses_cross_entropy(V) && reinterpret_cast<uintptr_t>(logits) % 8 == 0,
              "fused cross-entropy needs 16-bit logits, 8-byte aligned, V % 4 == 0");
     if (!N) return set_scalar(loss, 0.f);
     DevBuf<float> rows(static_cast<size_t>(N), false);
-    k_ce_fused<<<static_cast<unsigned>(N), 1024, 0, cuda::stream()>>>(logits, targets, rows.p, dloss, N, V,
+    k_ce_fused<<<static_cast<unsigned>(N), 1024, 0, cuda::stream()>>>(logits, targets, rows.p, dloss, D, V,
                                                                       mm_ == DType::BF16);
     ZR_CUDA(cudaGetLastError());
-    k_mean<<<1, 1024, 0, cuda::stream()>>>(rows.p, N, loss);
+    k_mean<<<1, 1024, 0, cuda::stream()>>>(rows.p, N, loss, D);
     ZR_CUDA(cudaGetLastError());
   }
   template <class L>  // the mean loss stays on the device: no wait for the forward
-  void ce_fwd(const L* logits, const int32_t* targets, float* lse, int64_t N, int64_t V, float* loss) {
+  void ce_fwd(const L* logits, const int32_t* targets, float* lse, int64_t N, int64_t V, float* loss, int64_t denom) {
     if (!N) return set_scalar(loss, 0.f);
     DevBuf<float> rows(static_cast<size_t>(N), false);
     k_ce_fwd<<<static_cast<unsigned>(N), kTpb, 0, cuda::stream()>>>(logits, targets, rows.p, lse, V,
                                                                     mm_ == DType::BF16);
     ZR_CUDA(cudaGetLastError());
-    k_mean<<<1, 1024, 0, cuda::stream()>>>(rows.p, N, loss);
+    k_mean<<<1, 1024, 0, cuda::stream()>>>(rows.p, N, loss, denom > 0 ? denom : N);
     ZR_CUDA(cudaGetLastError());
   }
   void cross_entropy_bwd(const float* logits, const int32_t* targets, const float* lse, const float* dloss,
-                         Grad dlogits, int64_t N, int64_t V) override {
-    ce_bwd(logits, targets, lse, dloss, dlogits, N, V);
+                         Grad dlogits, int64_t N, int64_t V, int64_t denom = 0) override {
+    ce_bwd(logits, targets, lse, dloss, dlogits, N, V, denom);
   }
   template <class L>
   void ce_bwd(const L* logits, const int32_t* targets, const float* lse, const float* dloss, Grad dlogits, int64_t N,
-              int64_t V) {
+              int64_t V, int64_t denom) {
     if (!N) return;
+    const int64_t D = denom > 0 ? denom : N;
     const bool bf = mm_ == DType::BF16;
     if (dlogits.h)
       k_ce_bwd<<<static_cast<unsigned>(N), kTpb, 0, cuda::stream()>>>(logits, targets, lse, dloss, dlogits.h, false, bf,
-                                                                      N, V);
+                                                                      D, V);
     else
       k_ce_bwd<<<static_cast<unsigned>(N), kTpb, 0, cuda::stream()>>>(logits, targets, lse, dloss, dlogits.p,
-                                                                      dlogits.acc, bf, N, V);
+                                                                      dlogits.acc, bf, D, V);
     ZR_CUDA(cudaGetLastError());
   }
   void mse_fwd(const float* pred, const float* target, int64_t n, float* loss) override {

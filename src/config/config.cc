@@ -455,7 +455,7 @@ void parse_zero(Reader r, Config& c) {
 
 void parse_train(Reader r, Config& c) {
   r.keys({"steps", "data", "save_dir", "save_interval", "eval_interval", "eval_data", "eval_batches", "seed", "log_dir",
-          "seq_len", "packing"});
+          "seq_len", "packing", "loss_chunk_mib", "loss_chunk_rows"});
   TrainConfig& t = c.train;
   t.steps = r.integer("steps", 0);
   t.data = r.str("data", "");
@@ -468,10 +468,14 @@ void parse_train(Reader r, Config& c) {
   t.log_dir = r.str("log_dir", "");
   t.seq_len = r.integer("seq_len", 0);
   t.packing = r.boolean("packing", true);
+  t.loss_chunk_mib = r.integer("loss_chunk_mib", t.loss_chunk_mib);
+  t.loss_chunk_rows = r.integer("loss_chunk_rows", 0);
   const std::pair<const char*, int64_t> counts[] = {{"steps", t.steps},
                                                     {"save_interval", t.save_interval},
                                                     {"eval_interval", t.eval_interval},
                                                     {"seq_len", t.seq_len},
+                                                    {"loss_chunk_mib", t.loss_chunk_mib},
+                                                    {"loss_chunk_rows", t.loss_chunk_rows},
                                                     {"seed", static_cast<int64_t>(t.seed)}};
   for (auto& [k, v] : counts) ZR_CHECK(v >= 0, c.source, ": 'train.", k, "' must be >= 0, got ", v);
   ZR_CHECK(t.eval_batches >= 1, c.source, ": 'train.eval_batches' must be >= 1, got ", t.eval_batches);
@@ -600,7 +604,7 @@ Config parse_config(const json& j, const std::string& source) {
   if (r.has("activation_checkpointing")) {
     Reader a = r.sub("activation_checkpointing");
     // DeepSpeed reads this block key by key and ignores the rest: unknown keys warn.
-    a.keys({"enabled"},
+    a.keys({"enabled", "recompute"},
            {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization", "number_checkpoints",
             "synchronize_checkpoint_boundary", "profile"},
            /*unknown_warns=*/true);
@@ -620,6 +624,36 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
   // The parser checks the file's values; these may also come from --micro_batch_size or the library's caller.
   for (auto [v, key] : {std::pair{tb, "train_batch_size"}, std::pair{mb, "train_micro_batch_size_per_gpu"},
                         std::pair{ga, "gradient_accumulation_steps"}})
+    // zerorun's own key: what is recomputed in backward instead of kept ("block": every transformer block whole,
+    // DeepSpeed's checkpointing; or any of "norms", "mlp_act", "attention"; "none": nothing).
+    if (a.has("recompute")) {
+      const json& v = a.at("recompute");
+      std::vector<std::string> modes;
+      if (v.is_string()) {
+        modes.push_back(v.get<std::string>());
+      } else if (v.is_array() && !v.empty()) {
+        for (auto& e : v) {
+          if (!e.is_string()) a.bad("recompute", "a string or a list of strings");
+          modes.push_back(e.get<std::string>());
+        }
+      } else {
+        a.bad("recompute", "one of none, norms, mlp_act, attention, block, or a list of them");
+      }
+      const std::vector<std::string> all = {"none", "norms", "mlp_act", "attention", "block"};
+      c.recompute.clear();
+      for (auto& m : modes) {
+        if (std::find(all.begin(), all.end(), m) == all.end()) {
+          const std::string s = did_you_mean(m, all);
+          ZR_FAIL(c.source, ": 'activation_checkpointing.recompute' has '", m,
+                  "': it takes none, norms, mlp_act, attention, block",
+                  s.empty() ? "" : " (did you mean '" + s + "'?)");
+        }
+        ZR_CHECK(m != "none" || modes.size() == 1, c.source,
+                 ": 'activation_checkpointing.recompute': \"none\" goes alone");
+        if (m != "none" && std::find(c.recompute.begin(), c.recompute.end(), m) == c.recompute.end())
+          c.recompute.push_back(m);
+      }
+    }
     ZR_CHECK(!v || *v > 0, c.source, ": ", key, " must be a positive integer, got ", *v);
   // A micro batch left "auto" with nothing to derive it from: the HF Trainer's default per_device_train_batch_size.
   const bool hf_micro =

@@ -118,9 +118,16 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     // f32 copy from the host master.
     if (master_.defined() && !offload_) make_compact();
   }
-  if (cfg_.activation_checkpointing)
-    for (size_t b = 0; b < model_.graph.blocks.size(); ++b)
-      exec_->checkpoint_block[b] = b != 0 && b + 1 != model_.graph.blocks.size();
+  exec_->loss_chunk_bytes = cfg_.train.loss_chunk_mib << 20;
+  exec_->loss_chunk_rows = cfg_.train.loss_chunk_rows;
+  if (cfg_.activation_checkpointing) {
+    // Every block but the first (embeddings) and the last (head and loss): the whole block, or selected ops.
+    std::vector<bool> inner(model_.graph.blocks.size());
+    for (size_t b = 0; b < inner.size(); ++b) inner[b] = b != 0 && b + 1 != inner.size();
+    std::set<std::string> classes(cfg_.recompute.begin(), cfg_.recompute.end());
+    if (classes.erase("block")) exec_->checkpoint_block = inner;
+    exec_->set_recompute(classes, inner);
+  }
   if (stage_ >= 2) {
     exec_->hooks.before_block_forward = [this](size_t b) { on_block(b, true, true); };
     exec_->hooks.after_block_forward = [this](size_t b) { on_block(b, true, false); };

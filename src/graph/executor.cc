@@ -4,6 +4,7 @@
 // It also fuses neighbouring nodes where the backend can (planned once from the graph, ZERORUN_FUSE=0 turns it
 // off): GELU into the linears on both sides, residual adds into the projection before them, an add's input
 // gradients as its output gradient itself, and the loss op's backward into its forward when d(loss) is announced.
+// The head and loss run over chunks of rows (chunked_loss), and selected nodes are recomputed (recompute_node).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -58,6 +59,195 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
   done_.assign(g_.nodes.size(), false);
   plan_gelu_fusions();
   plan_residual_fusions();
+  recompute_node.assign(g_.nodes.size(), false);
+  plan_loss_chunks();
+}
+
+int Executor::set_recompute(const std::set<std::string>& classes, const std::vector<bool>& blocks) {
+  int n = 0;
+  for (size_t i = 0; i < g_.nodes.size(); ++i) {
+    const size_t b = node_block_[i];
+    if (b >= blocks.size() || !blocks[b] || !classes.count(ops_[i]->recompute_class())) continue;
+    recompute_node[i] = true;
+    ++n;
+    for (auto& f : gelu_fwd_)  // recomputed by its own kernel: computed so in the forward too
+      if (f == static_cast<int>(i)) f = -1;
+  }
+  return n;
+}
+
+// The loss, when it is rows_independent, and the chain of single-use row-local nodes back to the first with
+// parameters (the head linear), all in one block and each taking only the previous one's output.
+void Executor::plan_loss_chunks() {
+  loss_chain_.clear();
+  const int l = producer_[loss_id_].first;
+  if (l < 0 || !ops_[l]->is_loss() || !ops_[l]->rows_independent() || node_in_[l].size() != 2) return;
+  std::vector<size_t> chain{static_cast<size_t>(l)};
+  for (;;) {
+    const size_t v = node_in_[chain.front()][0];
+    const auto [p, po] = producer_[v];
+    if (p < 0 || po != 0 || uses_[v].size() != 1 || !ops_[p]->rows_independent() || ops_[p]->is_loss() ||
+        node_block_[p] != node_block_[l] || node_in_[p].size() != 1 || node_out_[p].size() != 1 || gelu_fwd_[p] >= 0 ||
+        res_add_[p] >= 0)
+      return;
+    chain.insert(chain.begin(), static_cast<size_t>(p));
+    if (!g_.nodes[p].params.empty()) break;
+  }
+  loss_chain_ = chain;
+}
+
+int64_t Executor::chunk_rows(int64_t N) const {
+  if (loss_chain_.empty()) return 0;
+  const size_t h = loss_chain_.front();
+  const Tensor& x = values_[node_in_[h][0]];
+  const auto wit = g_.nodes[h].params.find("weight");
+  if (!x.defined() || x.dim(-1) == 0 || wit == g_.nodes[h].params.end()) return 0;
+  const auto pit = params_.find(wit->second);
+  if (pit == params_.end() || !pit->second.defined() || pit->second.shape().size() != 2) return 0;
+  const int64_t V = pit->second.dim(0);
+  bool all16 = kernels::backend(x.device()).activations16();  // the chain's values all in 16 bits
+  for (size_t k = 0; k + 1 < loss_chain_.size(); ++k) all16 = all16 && out16_[loss_chain_[k]][0];
+  int64_t r = loss_chunk_rows;
+  if (r <= 0 && loss_chunk_bytes > 0) r = std::max<int64_t>(8, loss_chunk_bytes / (V * (all16 ? 2 : 4)) / 8 * 8);
+  return r > 0 && r < N ? r : 0;
+}
+
+void Executor::fill_params(size_t i, NodeCtx& c, bool with16) const {
+  for (auto& [role, name] : g_.nodes[i].params) {
+    auto it = params_.find(name);
+    ZR_CHECK(it != params_.end() && it->second.defined(), "parameter '", name, "' is not materialised");
+    c.params[role] = it->second;
+    if (!with16) continue;
+    auto h = params16_.find(name);
+    if (h != params16_.end() && h->second.defined()) c.params16[role] = h->second;
+  }
+}
+
+void Executor::fill_param_grads(size_t i, NodeCtx& c) {
+  const Node& n = g_.nodes[i];
+  for (auto& role_name : n.params) {
+    const std::string &role = role_name.first, &name = role_name.second;  // (lambdas cannot capture bindings)
+    auto it = grads_.find(name);
+    if (it == grads_.end() || !it->second.defined()) continue;
+    c.dparams[role] = it->second;
+    if (fresh_.erase(name) == 0) continue;
+    // The first write of this gradient: the op overwrites it where it can (and the node has the tensor in
+    // this one role), else it is zeroed here and accumulated into.
+    const bool once =
+        std::count_if(n.params.begin(), n.params.end(), [&](const auto& rp) { return rp.second == name; }) == 1;
+    if (once && ops_[i]->writes_param_grad(role))
+      c.dparams_fresh.insert(role);
+    else
+      it->second.zero_();
+  }
+}
+
+// The loss chain over chunks of R rows of the head's input x [N, C] (targets: the same rows). Forward: each
+// chunk's loss (divided by N: the chunks' losses add up to the mean) into the loss value. Backward: each chunk's
+// forward again (the loss op told d(loss) where it fuses its backward into its forward), then the chain's
+// backward on the chunk: d(x) rows written into x's gradient, the head's parameter gradients accumulated.
+void Executor::chunked_loss(bool backward) {
+  const size_t h = loss_chain_.front(), l = loss_chain_.back(), nc = loss_chain_.size();
+  const Tensor x = values_[node_in_[h][0]], tg = values_[node_in_[l][1]];
+  const int64_t C = x.dim(-1), N = x.numel() / C, R = chunk_rows(N);
+  ZR_CHECK(R > 0 && tg.numel() == N, "chunked loss: ", tg.numel(), " targets for ", N, " rows");
+  const Device dev = x.device();
+  kernels::Backend& be = kernels::backend(dev);
+  Tensor loss, dx;
+  bool dx_acc = true;
+  const Tensor dloss = backward ? value_grads_[loss_id_] : Tensor();
+  const size_t xv = node_in_[h][0];
+  int64_t chunks = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += R, ++chunks) {
+    const int64_t n = std::min(R, N - r0);
+    std::vector<Tensor> vals{Tensor::view_of(x, r0 * C, {n, C})};  // vals[k]: chain node k's input 0
+    const Tensor tgc = Tensor::view_of(tg, r0, {n});
+    std::vector<std::vector<Tensor>> saved(nc);
+    Tensor closs;
+    for (size_t k = 0; k < nc; ++k) {
+      const size_t i = loss_chain_[k];
+      NodeCtx c;
+      c.node = &g_.nodes[i];
+      c.in = {vals.back()};
+      if (i == l) {
+        c.in.push_back(tgc);
+        c.loss_denom = N;
+        if (backward && fuse_) c.loss_grad = dloss;
+      }
+      c.out16 = out16_[i];
+      c.saved = &saved[k];
+      c.dropout = &dropout_;
+      fill_params(i, c, true);
+      {
+        profile::Scope ps("fwd", g_.nodes[i].op);
+        ops_[i]->forward(c);
+      }
+      ZR_CHECK(c.out.size() == 1, "op ", g_.nodes[i].op, " produced the wrong number of outputs");
+      if (i == l)
+        closs = c.out[0];
+      else
+        vals.push_back(c.out[0]);
+    }
+    if (!backward) {
+      if (!loss.defined())
+        loss = closs;
+      else
+        be.add_fwd(loss.f32(), closs.f32(), loss.f32(), 1, 1);
+      continue;
+    }
+    Tensor dout = dloss;
+    for (size_t k = nc; k-- > 0;) {
+      const size_t i = loss_chain_[k];
+      NodeCtx c;
+      c.node = &g_.nodes[i];
+      c.dropout = &dropout_;
+      c.in = {vals[k]};
+      if (i == l) c.in.push_back(tgc);
+      c.out = {i == l ? closs : vals[k + 1]};
+      c.dout = {dout};
+      c.loss_denom = i == l ? N : 0;
+      fill_params(i, c, false);
+      if (k == 0) {  // the head: d(x) rows of x's gradient, made at the first chunk
+        Tensor& gv = value_grads_[xv];
+        if (r0 == 0 && !gv.defined()) {
+          dx_acc = !ops_[h]->writes_grad(0);
+          const auto [pn, po] = producer_[xv];
+          const bool g16 = !dx_acc && be.activations16() && uses_[xv].size() == 1 && pn >= 0 &&
+                           ops_[pn]->takes_dout16(po) && ops_[h]->writes_grad16(c, 0);
+          const DType gdt = g16 ? be.matmul_dtype() : DType::F32;
+          gv = dx_acc ? Tensor::zeros(x.shape(), DType::F32, MemCategory::Activations, dev)
+                      : Tensor::uninit(x.shape(), gdt, MemCategory::Activations, dev);
+        } else if (r0 == 0) {
+          dx_acc = true;
+        }
+        c.din = {Tensor::view_of(gv, r0 * C, {n, C})};
+        c.din_acc = {dx_acc};
+        fill_param_grads(i, c);
+      } else {
+        const size_t p = loss_chain_[k - 1];
+        const bool w = ops_[i]->writes_grad(0);
+        const bool g16 = w && be.activations16() && ops_[p]->takes_dout16(0) && ops_[i]->writes_grad16(c, 0);
+        const Shape& s = vals[k].shape();
+        c.din = {w ? Tensor::uninit(s, g16 ? be.matmul_dtype() : DType::F32, MemCategory::Activations, dev)
+                   : Tensor::zeros(s, DType::F32, MemCategory::Activations, dev)};
+        c.din_acc = {!w};
+        if (i == l) {  // no gradient for the targets
+          c.din.emplace_back();
+          c.din_acc.push_back(true);
+        }
+      }
+      c.saved = &saved[k];
+      {
+        profile::Scope ps("bwd", g_.nodes[i].op);
+        ops_[i]->backward(c);
+      }
+      dout = c.din[0];  // the op may have handed over another tensor (the fused loss: its logits)
+      saved[k].clear();
+      if (k > 0) vals[k] = Tensor();
+    }
+  }
+  loss_chunks_ = chunks;
+  if (!backward) values_[loss_id_] = loss;
 }
 
 bool Executor::reads_f32(const std::string& name) const {
@@ -177,6 +367,15 @@ void Executor::run_node_forward(size_t i) {
     saved_[i].clear();
     return;
   }
+  if (!loss_chain_.empty() && i == loss_chain_.front()) {
+    const Tensor& x = values_[node_in_[i][0]];
+    if (x.defined() && x.numel() > 0 && chunk_rows(x.numel() / x.dim(-1)) > 0) {
+      chunked_loss(false);
+      for (size_t k : loss_chain_) saved_[k].clear();
+      for (size_t k = 1; k < loss_chain_.size(); ++k) done_[loss_chain_[k]] = true;
+      return;
+    }
+  }
   NodeCtx c;
   c.node = &n;
   for (auto v : node_in_[i]) c.in.push_back(values_[v]);
@@ -196,13 +395,7 @@ void Executor::run_node_forward(size_t i) {
     }
     c.loss_grad = loss_grad_t_;
   }
-  for (auto& [role, name] : n.params) {
-    auto it = params_.find(name);
-    ZR_CHECK(it != params_.end() && it->second.defined(), "parameter '", name, "' is not materialised");
-    c.params[role] = it->second;
-    auto h = params16_.find(name);
-    if (h != params16_.end() && h->second.defined()) c.params16[role] = h->second;
-  }
+  fill_params(i, c, true);
   saved_[i].clear();
   c.saved = &saved_[i];
   c.dropout = &dropout_;
@@ -232,6 +425,7 @@ double Executor::forward(const std::map<std::string, Tensor>& inputs) {
 
 Tensor Executor::forward_async(const std::map<std::string, Tensor>& inputs) {
   std::fill(done_.begin(), done_.end(), false);
+  loss_chunks_ = 0;
   have_loss_grad_ = have_next_loss_grad_;
   loss_grad_ = next_loss_grad_;
   have_next_loss_grad_ = false;
@@ -253,6 +447,14 @@ Tensor Executor::forward_async(const std::map<std::string, Tensor>& inputs) {
     if (checkpoint_block[b]) {
       // Keep only values that leave the block; drop everything saved inside it.
       for (size_t i = lo; i < hi; ++i) {
+        saved_[i].clear();
+        for (auto v : node_out_[i])
+          if (v != loss_id_ && last_use_[v] >= 0 && static_cast<size_t>(last_use_[v]) < hi) values_[v] = Tensor();
+      }
+    } else {
+      // Selective recomputation: the marked nodes' outputs read only inside the block, and what they saved.
+      for (size_t i = lo; i < hi; ++i) {
+        if (!recompute_node[i]) continue;
         saved_[i].clear();
         for (auto v : node_out_[i])
           if (v != loss_id_ && last_use_[v] >= 0 && static_cast<size_t>(last_use_[v]) < hi) values_[v] = Tensor();
@@ -281,10 +483,16 @@ void Executor::backward(float loss_grad) {
   for (size_t bi = block_ranges_.size(); bi-- > 0;) {
     if (hooks.before_block_backward) hooks.before_block_backward(bi);
     auto [lo, hi] = block_ranges_[bi];
-    if (checkpoint_block[bi])
-      for (size_t i = lo; i < hi; ++i) run_node_forward(i);
+    for (size_t i = lo; i < hi; ++i)
+      if (checkpoint_block[bi] || recompute_node[i]) run_node_forward(i);
     for (size_t i = hi; i-- > lo;) {
       const Node& n = g_.nodes[i];
+      if (loss_chunks_ > 0 && i == loss_chain_.back() && value_grads_[loss_id_].defined()) {
+        chunked_loss(true);
+        value_grads_[loss_id_] = Tensor();
+        for (size_t k : loss_chain_) saved_[k].clear();
+        continue;
+      }
       NodeCtx c;
       c.node = &n;
       c.dropout = &dropout_;
@@ -349,22 +557,8 @@ void Executor::backward(float loss_grad) {
         ZR_CHECK(!c.din_acc[0] && is16(c.din[0]), "fused GELU gradient: expected a fresh 16-bit gradient");
         c.dgelu_input = values_[gelu_in];
       }
-      for (auto& role_name : n.params) {
-        const std::string &role = role_name.first, &name = role_name.second;  // (lambdas cannot capture bindings)
-        c.params[role] = params_[name];
-        auto it = grads_.find(name);
-        if (it == grads_.end() || !it->second.defined()) continue;
-        c.dparams[role] = it->second;
-        if (fresh_.erase(name) == 0) continue;
-        // The first write of this gradient: the op overwrites it where it can (and the node has the tensor in
-        // this one role), else it is zeroed here and accumulated into.
-        const bool once =
-            std::count_if(n.params.begin(), n.params.end(), [&](const auto& rp) { return rp.second == name; }) == 1;
-        if (once && ops_[i]->writes_param_grad(role))
-          c.dparams_fresh.insert(role);
-        else
-          it->second.zero_();
-      }
+      for (auto& [role, name] : n.params) c.params[role] = params_[name];
+      fill_param_grads(i, c);
       c.saved = &saved_[i];
       {
         profile::Scope ps("bwd", n.op);
@@ -377,6 +571,11 @@ void Executor::backward(float loss_grad) {
       for (auto v : node_out_[i]) value_grads_[v] = Tensor();
       saved_[i].clear();
     }
+    // The block's values are read by no backward still to run (consumers come later in forward order): freed, so
+    // what a recomputed block or node made again does not stay for the rest of the backward.
+    for (size_t i = lo; i < hi; ++i)
+      for (auto v : node_out_[i])
+        if (v != loss_id_) values_[v] = Tensor();
     if (hooks.after_block_backward) hooks.after_block_backward(bi);
   }
   for (const auto& name : fresh_) grads_.at(name).zero_();  // still fresh: no gradient path, zeros

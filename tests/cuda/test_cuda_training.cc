@@ -238,11 +238,13 @@ using Grads = std::map<std::string, Tensor>;
 // Parameter gradients of one forward/backward on device d (bf16 products and activation storage on the GPU).
 // announce: d(loss) is given before the forward (as the engine does), so cross-entropy fuses its backward in.
 // fresh: the gradient buffers start as NaN and are marked fresh (the step's first backward must overwrite them).
-Grads grads_on(const Model& m, int64_t vocab, int64_t B, int64_t T, Device d, bool announce = false,
-               bool fresh = false) {
+// chunk_rows > 0: the head and loss in chunks of that many rows (Executor::loss_chunk_rows), some targets -100.
+Grads grads_on(const Model& m, int64_t vocab, int64_t B, int64_t T, Device d, bool announce = false, bool fresh = false,
+               int64_t chunk_rows = 0, bool ignore = false) {
   Tensor tok = Tensor::empty({B, T}, DType::I32), tgt = Tensor::empty({B, T}, DType::I32);
   for (int64_t i = 0; i < B * T; ++i) tok.i32()[i] = static_cast<int32_t>((i * 37 + 5) % vocab);
-  for (int64_t i = 0; i < B * T; ++i) tgt.i32()[i] = static_cast<int32_t>((i * 11 + 3) % vocab);
+  for (int64_t i = 0; i < B * T; ++i)
+    tgt.i32()[i] = ignore && i % 7 == 2 ? -100 : static_cast<int32_t>((i * 11 + 3) % vocab);
   auto& gpu_be = kernels::backend(Device::cuda(0));
   struct Restore {  // the GPU back to f32 products however this ends
     kernels::Backend& b;
@@ -260,9 +262,11 @@ Grads grads_on(const Model& m, int64_t vocab, int64_t B, int64_t T, Device d, bo
     g[k] = z.to(d);
   }
   Executor ex(m.graph, p, g);
+  if (chunk_rows > 0) ex.loss_chunk_rows = chunk_rows;
   if (fresh) ex.mark_grads_fresh();
   if (announce) ex.set_next_loss_grad(0.5f);
   ex.forward({{"tokens", tok.to(d)}, {"targets", tgt.to(d)}});
+  if (chunk_rows > 0) REQUIRE(ex.last_loss_chunks() == (B * T + chunk_rows - 1) / chunk_rows);
   ex.backward(announce ? 0.5f : 1.f);
   Grads out;
   if (announce)  // back to d(loss) = 1 for comparisons
@@ -389,6 +393,29 @@ TEST_CASE(
   // The epilogue's GELU reads the f32 product, the separate kernel its bf16 rounding: close, not equal.
   const double d = worst_diff(fused, plain, 2e-2);
   CHECK(d > 0);  // the fused path ran
+}
+
+TEST_CASE("chunked head and loss on the GPU (bf16): the unchunked gradients, tied, soft-capped, ignored targets",
+          "[cuda]") {
+  const Device gpu = Device::cuda(0), cpu = Device::cpu();
+  Gpt2Spec s = testing::tiny_gpt_spec(96, 128);  // tied head, 16-bit logits: the fused cross-entropy per chunk
+  s.n_head = 2;
+  s.n_ctx = 80;
+  const Model g = build_gpt2(s, 9);
+  for (bool announce : {false, true}) {
+    INFO("announced d(loss): " << announce);
+    const Grads plain = grads_on(g, 96, 2, 80, gpu, announce, true, 0, true);
+    const Grads chunked = grads_on(g, 96, 2, 80, gpu, announce, true, 24, true);  // 7 chunks, the last of 16 rows
+    CHECK(worst_diff(chunked, plain, 1e-2) < 1e-2);
+    worst_diff(chunked, grads_on(g, 96, 2, 80, cpu, false, false, 24, true), 4e-2);
+  }
+  LlamaSpec ls = testing::tiny_llama_spec(96, 80, 128, 2, 2, 192);  // untied, Gemma 2's final soft-cap (f32 logits)
+  ls.final_softcap = 10.0;
+  const Model l = build_llama(ls, 4);
+  const Grads plain = grads_on(l, 96, 2, 80, gpu, true, true, 0, true);
+  const Grads chunked = grads_on(l, 96, 2, 80, gpu, true, true, 40, true);
+  CHECK(worst_diff(chunked, plain, 1e-2) < 1e-2);
+  worst_diff(chunked, grads_on(l, 96, 2, 80, cpu, false, false, 40, true), 4e-2);
 }
 
 TEST_CASE("16-bit activation storage: Llama gradients on the GPU in bf16 match the CPU's fp32 gradients", "[cuda]") {

@@ -6,6 +6,7 @@ namespace {
 class Activation : public Op16 {
  public:
   explicit Activation(kernels::Act a) : act_(a) {}
+  const char* recompute_class() const override { return "mlp_act"; }
   std::vector<ValueInfo> infer(const Node&, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
     expect_inputs(in, 1);

@@ -65,6 +65,7 @@ AttnDims dims_with_positions(const NodeCtx& c) {
 
 class Attention : public Op {
  public:
+  const char* recompute_class() const override { return "attention"; }
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
     ZR_CHECK(in.size() == 1 || in.size() == 2, "expects qkv and optionally positions, got ", in.size(), " inputs");

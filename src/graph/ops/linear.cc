@@ -63,6 +63,7 @@ class Linear : public Op16 {
   // The weight: forward and backward use the kept 16-bit copy where there is one (w.f32() is read only without).
   bool reads_param16_only(const std::string& role) const override { return role == "weight"; }
   bool fuses_residual() const override { return true; }
+  bool rows_independent() const override { return true; }
   bool writes_param_grad(const std::string&) const override { return true; }
   void backward(NodeCtx& c) const override {
     const Tensor& x = c.in[0];

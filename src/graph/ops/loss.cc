@@ -9,6 +9,7 @@ namespace {
 class CrossEntropy : public Op {
  public:
   bool is_loss() const override { return true; }
+  bool rows_independent() const override { return true; }  // honours loss_denom: rows' losses add up
   std::vector<ValueInfo> infer(const Node&, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
     expect_inputs(in, 2);
@@ -27,16 +28,17 @@ class CrossEntropy : public Op {
     Tensor loss = new_out({}, device_of(c));  // written on the device: nothing waits for the forward here
     if (c.loss_grad.defined() && lg.dtype() != DType::F32 && be(c).fuses_cross_entropy(V)) {
       // d(loss) known: the logits become their gradient in the same pass (saved: no lse, the gradient)
-      be(c).cross_entropy_fused16(static_cast<uint16_t*>(lg.raw()), t, N, V, c.loss_grad.f32(), loss.f32());
+      be(c).cross_entropy_fused16(static_cast<uint16_t*>(lg.raw()), t, N, V, c.loss_grad.f32(), loss.f32(),
+                                  c.loss_denom);
       c.out = {loss};
       *c.saved = {Tensor(), lg};
       return;
     }
     Tensor lse = Tensor::uninit({N}, DType::F32, MemCategory::Activations, device_of(c));
     if (lg.dtype() != DType::F32)
-      be(c).cross_entropy_fwd16(bits16(lg), t, lse.f32(), N, V, loss.f32());
+      be(c).cross_entropy_fwd16(bits16(lg), t, lse.f32(), N, V, loss.f32(), c.loss_denom);
     else
-      be(c).cross_entropy_fwd(lg.f32(), t, lse.f32(), N, V, loss.f32());
+      be(c).cross_entropy_fwd(lg.f32(), t, lse.f32(), N, V, loss.f32(), c.loss_denom);
     c.out = {loss};
     c.saved->push_back(lse);
   }
@@ -55,9 +57,11 @@ class CrossEntropy : public Op {
     int64_t V = c.in[0].dim(-1), N = c.in[1].numel();
     const Tensor& lg = c.in[0];
     if (lg.dtype() != DType::F32)
-      be(c).cross_entropy_bwd16(bits16(lg), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), N, V);
+      be(c).cross_entropy_bwd16(bits16(lg), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), N, V,
+                                c.loss_denom);
     else
-      be(c).cross_entropy_bwd(lg.f32(), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), N, V);
+      be(c).cross_entropy_bwd(lg.f32(), c.in[1].i32(), (*c.saved)[0].f32(), c.dout[0].f32(), grad_of(c, 0), N, V,
+                              c.loss_denom);
   }
 };
 

@@ -11,7 +11,8 @@ class Pairwise : public Op16 {
   using Fwd = void (kernels::Backend::*)(kernels::Src, kernels::Src, kernels::Dst, int64_t);
   using Bwd = void (kernels::Backend::*)(kernels::Src, kernels::Src, kernels::Src, kernels::Grad, kernels::Grad,
                                          int64_t);
-  Pairwise(const char* a, const char* b, Fwd f, Bwd g) : a_(a), b_(b), fwd_(f), bwd_(g) {}
+  Pairwise(const char* a, const char* b, Fwd f, Bwd g, const char* rc = "") : a_(a), b_(b), fwd_(f), bwd_(g), rc_(rc) {}
+  const char* recompute_class() const override { return rc_; }  // the gated MLP activations: "mlp_act"
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
     expect_inputs(in, 2);
@@ -36,15 +37,18 @@ class Pairwise : public Op16 {
   const char *a_, *b_;
   Fwd fwd_;
   Bwd bwd_;
+  const char* rc_;
 };
 }  // namespace
 std::unique_ptr<Op> make_mul() {
   return std::make_unique<Pairwise>("a", "b", &kernels::Backend::mul_fwd, &kernels::Backend::mul_bwd);
 }
 std::unique_ptr<Op> make_geglu() {
-  return std::make_unique<Pairwise>("gate", "up", &kernels::Backend::geglu_fwd, &kernels::Backend::geglu_bwd);
+  return std::make_unique<Pairwise>("gate", "up", &kernels::Backend::geglu_fwd, &kernels::Backend::geglu_bwd,
+                                    "mlp_act");
 }
 std::unique_ptr<Op> make_swiglu() {
-  return std::make_unique<Pairwise>("gate", "up", &kernels::Backend::swiglu_fwd, &kernels::Backend::swiglu_bwd);
+  return std::make_unique<Pairwise>("gate", "up", &kernels::Backend::swiglu_fwd, &kernels::Backend::swiglu_bwd,
+                                    "mlp_act");
 }
 }  // namespace zerorun::ops

@@ -7,6 +7,7 @@ namespace zerorun::ops {
 namespace {
 class NormBase : public Op {
  public:
+  const char* recompute_class() const override { return "norms"; }
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>& p) const override {
     expect_inputs(in, 1);

@@ -22,6 +22,7 @@ class Unary : public Op {
     c.out = {y};
   }
   bool writes_grad(size_t) const override { return true; }
+  bool rows_independent() const override { return true; }
   void backward(NodeCtx& c) const override {
     if (!c.din[0].defined()) return;
     be(c).unary_bwd(op_, param(*c.node), c.in[0].f32(), c.dout[0].f32(), grad_of(c, 0), c.in[0].numel());

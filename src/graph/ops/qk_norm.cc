@@ -17,6 +17,7 @@ QkDims dims_of(const Node& n, int64_t width) {
 }
 class QkNorm : public Op {
  public:
+  const char* recompute_class() const override { return "norms"; }
   std::vector<std::string> required_params() const override { return {"q_weight", "k_weight"}; }
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>& p) const override {
