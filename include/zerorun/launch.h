@@ -95,8 +95,8 @@ std::string shell_quote(const std::vector<std::string>& argv);
 // second signal stops the ranks at once; SIGINT is passed on. Returns the exit code: the launcher's own, or
 // 128 + the signal that stopped the job (SIGTERM: 143). A stop that ended before the ranks' checkpoint was
 // complete removes the save's temporary files in save_dir and says so; `latest` keeps naming the previous one.
-// A job that fails (a rank's error, watchdog or signal death) ends within a bounded time: 5 s after the first
-// failure the launcher gets SIGTERM, 10 s after it its process group SIGKILL, and then whatever it left behind on
+// A job that fails (a rank's error, watchdog or signal death) ends within a bounded time: 3 s after the first
+// failure the launcher gets SIGTERM, 8 s after it its process group SIGKILL, and then whatever it left behind on
 // this host (ranks, ssh) is ended too; the ranks on other hosts end by their watchdog or when their launcher process
 // goes. Then one root-cause report (FailureReport) is printed, and the exit code is the first failing rank's.
 // rank_hosts: the host of each rank as placed (for ranks that said nothing).
@@ -109,12 +109,13 @@ int supervise(const std::vector<std::string>& argv, const std::string& save_dir,
 // non-zero exit's "Process name / Exit code", a lost remote daemon's node).
 class FailureReport {
  public:
-  explicit FailureReport(std::vector<std::string> rank_hosts = {}) : rank_hosts_(std::move(rank_hosts)) {}
+  explicit FailureReport(std::vector<std::string> rank_hosts = {}, std::string launcher = "mpirun")
+      : rank_hosts_(std::move(rank_hosts)), argv0_(std::move(launcher)) {}
   // One line of the launcher's stdout or stderr; false when it is to be held back (a rank status line).
   bool line(const std::string& text);
-  // Whether a rank failed (an error, a watchdog, its launcher gone, a death by signal, a non-zero exit); signals
-  // from the job's own teardown (SIGTERM) and graceful stops do not count.
-  bool failed() const { return first_ >= 0; }
+  // Whether a rank failed (an error, a watchdog, its launcher gone, a death by signal, a non-zero exit) or mpirun
+  // lost a remote daemon; signals from the job's own teardown (SIGTERM) and graceful stops do not count.
+  bool failed() const { return first_ >= 0 || daemon_lost_; }
   // The report (several lines, each starting "zerorun: "), given the launcher's exit code.
   std::string render(int launcher_code) const;
   // The first failing rank's exit code (128 + signal for a signal), else launcher_code.
@@ -129,6 +130,8 @@ class FailureReport {
   Rank& at(int rank);
   void fail(Rank& r);
   std::vector<std::string> rank_hosts_;
+  std::string argv0_;
+  bool daemon_lost_ = false;
   std::vector<Rank> ranks_;  // by rank
   int first_ = -1, world_ = -1, pending_exit_rank_ = -1;
   std::vector<std::string> lost_hosts_;

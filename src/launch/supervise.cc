@@ -117,6 +117,10 @@ bool FailureReport::line(const std::string& text) {
     }
   } else if (text.find("Remote daemon:") != std::string::npos && std::regex_search(text, m, lost)) {
     lost_hosts_.push_back(m[1]);
+    daemon_lost_ = true;
+  } else if (text.find("ORTE has lost communication with a remote daemon") != std::string::npos ||
+             text.find("ORTE was unable to reliably start one or more daemons") != std::string::npos) {
+    daemon_lost_ = true;  // also what OpenMPI says when a started daemon's ssh ends (keepalives on a dead link)
   }
   return true;
 }
@@ -128,9 +132,11 @@ int FailureReport::exit_code(int launcher_code) const {
 }
 
 std::string FailureReport::render(int launcher_code) const {
+  // The host as the hostfile names it, with the name the rank (or mpirun) gave when that differs.
   auto host_of = [&](const Rank& r) {
-    if (!r.host.empty()) return r.host;
-    return r.rank < static_cast<int>(rank_hosts_.size()) ? rank_hosts_[r.rank] : std::string("?");
+    const std::string placed = r.rank < static_cast<int>(rank_hosts_.size()) ? rank_hosts_[r.rank] : "";
+    if (placed.empty()) return r.host.empty() ? std::string("?") : r.host;
+    return r.host.empty() || r.host == placed ? placed : placed + " (" + r.host + ")";
   };
   auto what = [&](const Rank& r) -> std::string {
     if (r.event == "killed")
@@ -151,6 +157,17 @@ std::string FailureReport::render(int launcher_code) const {
          (f.pid > 0 ? " (pid " + std::to_string(f.pid) + ")" : "") + ": " + what(f) + " [" + f.source + "]\n";
     if (!f.msg.empty()) o += "zerorun:   error: " + f.msg + "\n";
     if (!f.state.empty()) o += "zerorun:   state: " + f.state + "\n";
+  } else if (daemon_lost_) {
+    // The ranks mpirun could still reach told their state when it ended them; the others are where it was lost.
+    std::string silent;
+    for (int i = 0; i < world; ++i)
+      if (i >= static_cast<int>(ranks_.size()) || ranks_[i].event.empty()) {
+        Rank none;
+        none.rank = i;
+        silent += std::string(silent.empty() ? "" : ", ") + std::to_string(i) + " on host " + host_of(none);
+      }
+    o += "zerorun: job failed; root cause: " + argv0_ + " lost (or could not start) a remote host's daemon";
+    o += silent.empty() ? "\n" : "; no word from rank " + silent + " (that host or its link is down)\n";
   } else {
     o += "zerorun: job failed: the launcher exited with code " + std::to_string(launcher_code) +
          " and no rank reported a failure\n";
@@ -160,7 +177,9 @@ std::string FailureReport::render(int launcher_code) const {
     for (int i = 0; i < world; ++i) {
       if (i == first_) continue;
       const Rank* r = i < static_cast<int>(ranks_.size()) && ranks_[i].rank == i ? &ranks_[i] : nullptr;
-      std::string h = r ? host_of(*r) : i < static_cast<int>(rank_hosts_.size()) ? rank_hosts_[i] : "?";
+      Rank none;
+      none.rank = i;
+      const std::string h = host_of(r ? *r : none);
       o += "zerorun:   rank " + std::to_string(i) + " on host " + h + ": ";
       if (!r || r->event.empty()) {
         o += "no report (its host unreachable, or it ended without a word)";
@@ -172,7 +191,7 @@ std::string FailureReport::render(int launcher_code) const {
       o += "\n";
     }
   }
-  for (const std::string& h : lost_hosts_) o += "zerorun: mpirun lost contact with host " + h + "\n";
+  for (const std::string& h : lost_hosts_) o += "zerorun: " + argv0_ + " lost contact with host " + h + "\n";
   o += "zerorun: exit code " + std::to_string(exit_code(launcher_code));
   if (first_ >= 0) o += " (rank " + std::to_string(first_) + "'s)";
   o += "; the launcher's was " + std::to_string(launcher_code) + "\n";
@@ -185,7 +204,7 @@ int supervise(const std::vector<std::string>& argv, const std::string& save_dir,
   ZR_CHECK(!argv.empty(), "supervise: empty command");
   const std::string hint = argv[0] == "srun" ? "" : " (install openmpi-bin)";
   ZR_CHECK(platform::find_executable(argv[0]), "cannot start ", argv[0], ": not found", hint);
-  FailureReport report(rank_hosts);
+  FailureReport report(rank_hosts, platform::generic_path(platform::to_path(argv[0]).filename()));
   using clock = std::chrono::steady_clock;
   clock::time_point failed_at{};
   bool failed = false;
@@ -198,15 +217,15 @@ int supervise(const std::vector<std::string>& argv, const std::string& save_dir,
   int stop = 0, escalated = 0;
   bool forced = false;
   const int code = child.wait([&](int sig) {
-    if (failed && escalated < 2) {  // a rank failed: the launcher has 5 s to end the job, then 5 s more
+    if (failed && escalated < 2) {  // a rank failed: the launcher has 3 s to end the job, then 5 s more
       const double since = std::chrono::duration<double>(clock::now() - failed_at).count();
-      if (escalated == 0 && since >= 5) {
+      if (escalated == 0 && since >= 3) {
         escalated = 1;
-        std::fprintf(stderr, "zerorun: %s still runs 5 s after a rank failed: sending it SIGTERM\n", argv[0].c_str());
+        std::fprintf(stderr, "zerorun: %s still runs 3 s after a rank failed: sending it SIGTERM\n", argv[0].c_str());
         child.send(platform::kStopTerminate);
-      } else if (escalated == 1 && since >= 10) {
+      } else if (escalated == 1 && since >= 8) {
         escalated = 2;
-        std::fprintf(stderr, "zerorun: %s still runs 10 s after a rank failed: killing it and its processes\n",
+        std::fprintf(stderr, "zerorun: %s still runs 8 s after a rank failed: killing it and its processes\n",
                      argv[0].c_str());
         child.kill_all();
       }
