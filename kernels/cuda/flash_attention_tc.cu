@@ -1161,7 +1161,7 @@ void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B
 }
 
 // The forward tilings the probe sweeps: {MT, NW, KT, Q in registers, blocks an SM}; 0 is the one training uses.
-constexpr int kFwdCfgs64 = 13, kFwdCfgsN = 2;
+constexpr int kFwdCfgs64 = 13, kFwdCfgsN = 4;
 template <bool BF>
 void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
   ZR_CHECK(cfg == 0 || D != 64 || !needs_opt(p), "attention forward tiling ", cfg,
@@ -1214,6 +1214,25 @@ void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, flo
       default:
         break;
     }
+  } else if (cfg == 2 || cfg == 3) {  // (probe only: no window, cap or documents)
+    ZR_CHECK(!needs_opt(p), "attention forward tiling ", cfg, " has no sliding window, soft-capping or documents");
+    const bool c2 = cfg == 2;
+    switch (D) {
+      case 80:
+        return c2 ? fwd_run<BF, 80, 1, 8, 64, false, 0, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 80, 2, 4, 32, false, 2, true>(qkv, out, out16, lse, B, p);
+      case 96:
+        return c2 ? fwd_run<BF, 96, 1, 8, 64, false, 0, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 96, 2, 4, 32, false, 2, true>(qkv, out, out16, lse, B, p);
+      case 128:
+        return c2 ? fwd_run<BF, 128, 1, 8, 64, false, 0, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 128, 2, 4, 32, false, 2, true>(qkv, out, out16, lse, B, p);
+      case 256:
+        return c2 ? fwd_run<BF, 256, 1, 8, 32, false, 1, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 256, 1, 4, 32, true, 1, true>(qkv, out, out16, lse, B, p);
+      default:
+        break;
+    }
   }
   ZR_FAIL("attention forward tiling ", cfg, " does not exist at head size ", D);
 }
@@ -1235,9 +1254,13 @@ const char* fwd_name(int D, int cfg) {
   if (D == 256)
     return cfg == 0   ? "16 rows/warp, 4 warps, 32 keys, Q from smem, longest first"
            : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
+           : cfg == 2 ? "16 rows/warp, 8 warps, 32 keys, Q from smem, longest first"
+           : cfg == 3 ? "16 rows/warp, 4 warps, 32 keys, Q in registers, longest first"
                       : "?";
   return cfg == 0   ? "32 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
          : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q in registers, longest first"
+         : cfg == 2 ? "16 rows/warp, 8 warps, 64 keys, Q from smem, longest first"
+         : cfg == 3 ? "32 rows/warp, 4 warps, 32 keys, Q from smem, 2 blocks/SM, longest first"
                     : "?";
 }
 
