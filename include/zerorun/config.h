@@ -13,6 +13,7 @@
 
 #include "zerorun/dtype.h"
 #include "zerorun/memory.h"
+#include "zerorun/nvme.h"
 
 namespace zerorun {
 
@@ -40,8 +41,15 @@ struct LossScaleConfig {
 };
 
 struct OffloadConfig {
-  std::string device = "none";  // none | cpu
+  std::string device = "none";  // none | cpu | nvme (offload_optimizer only)
   bool pin_memory = false;
+  // device "nvme": the directory on the NVMe disk; buffer_count chunk buffers of the optimizer's stream
+  // (offload_optimizer: DeepSpeed's default 4); buffer_size elements a chunk (offload_param's key, DeepSpeed's
+  // 1e8; the optimizer's chunks default to 16M elements); pipeline_read / pipeline_write: read ahead, write behind.
+  std::string nvme_path;
+  int buffer_count = 4;
+  int64_t buffer_size = 100000000, max_in_cpu = 1000000000;
+  bool pipeline_read = false, pipeline_write = false;
 };
 
 struct ZeroConfig {
@@ -69,8 +77,10 @@ struct TrainConfig {
   // the graph has the "positions" input), or one a sequence, padded (false).
   bool packing = true;
   // The chunked head and loss (Executor::loss_chunk_bytes / loss_chunk_rows): each chunk's logits within this
-  // many MiB (0: never chunked), or this many rows a chunk where > 0.
-  int64_t loss_chunk_mib = 256, loss_chunk_rows = 0;
+  // many MiB (0: never chunked; -1, the default: 256 MiB chunks for vocabularies of 65536 tokens and more, none for
+  // smaller ones, whose logits do not dominate memory and whose runs need not pay the extra head product), or this
+  // many rows a chunk where > 0.
+  int64_t loss_chunk_mib = -1, loss_chunk_rows = 0;
 };
 
 enum class Precision { FP32, BF16, FP16 };
@@ -85,17 +95,22 @@ struct Config {
   OptimizerConfig optimizer;
   SchedulerConfig scheduler;
   std::string fp16_enabled = "false", bf16_enabled = "false";  // "true" | "false" | "auto"
+  // bf16.bf16_master_weights_and_grads / bf16.bf16_optimizer_states (DeepSpeed): master weights and gradients in
+  // bf16 (the compute weights are the master: no fp32 copy), Adam's moments in bf16. Cleared by resolve() unless
+  // the run is bf16.
+  bool bf16_master_weights_and_grads = false, bf16_optimizer_states = false;
   LossScaleConfig loss_scale;
   double gradient_clipping = 0.0;
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;
   bool activation_checkpointing = false;
+  // activation_checkpointing.recompute: "block" (the default), or of "norms", "mlp_act", "attention"; empty: none.
+  std::vector<std::string> recompute = {"block"};
   ZeroConfig zero;
+  zero::AioConfig aio;  // the "aio" block (NVMe offload's I/O)
   TrainConfig train;
   std::vector<std::string> warnings;
   // How each "auto" (and each alias or legacy spelling) was resolved: logged at start by the trainer.
-  // activation_checkpointing.recompute: "block" (the default), or of "norms", "mlp_act", "attention"; empty: none.
-  std::vector<std::string> recompute = {"block"};
   std::vector<std::string> notes;
 
   // Filled by resolve():

@@ -231,6 +231,7 @@ class Executor {
   // Rows per chunk: loss_chunk_rows, else as many as keep a chunk's logits within loss_chunk_bytes; 0 and 0: off.
   int64_t loss_chunk_bytes = int64_t{256} << 20;
   int64_t loss_chunk_rows = 0;
+  int64_t loss_chunk_min_vocab = 0;  // loss_chunk_bytes applies only to heads of at least this many outputs
   bool loss_chunk_planned() const { return !loss_chain_.empty(); }
   int64_t last_loss_chunks() const { return loss_chunks_; }  // chunks the last forward ran (0: not chunked)
 

@@ -308,17 +308,49 @@ void parse_loss_scale(Reader r, Config& c) {
 
 OffloadConfig parse_offload(Reader r, const Config& c, bool param) {
   if (param)
-    r.keys({"device", "pin_memory"}, {"buffer_count", "buffer_size", "max_in_cpu", "nvme_path"});
+    r.keys({"device", "pin_memory", "buffer_count", "buffer_size", "max_in_cpu", "nvme_path"});
   else
-    r.keys({"device", "pin_memory"},
-           {"buffer_count", "fast_init", "pipeline_read", "pipeline_write", "pipeline", "nvme_path", "ratio",
-            "super_offload", "cpuadam_cores_perc", "convert_grad_on_cpu"});
+    r.keys({"device", "pin_memory", "nvme_path", "buffer_count", "pipeline_read", "pipeline_write", "fast_init"},
+           {"pipeline", "ratio", "super_offload", "cpuadam_cores_perc", "convert_grad_on_cpu"});
   OffloadConfig o;
   o.device = r.str("device", "none");
-  ZR_CHECK(o.device == "none" || o.device == "cpu", c.source, ": '", r.key("device"), "' \"", o.device,
-           "\" is not supported (zerorun offloads to \"cpu\" or \"none\"; NVMe offload is not implemented)");
+  ZR_CHECK(o.device == "none" || o.device == "cpu" || (o.device == "nvme" && !param), c.source, ": '", r.key("device"),
+           "' \"", o.device, "\" is not supported (zerorun offloads ",
+           param ? "parameters to \"cpu\" or \"none\"; parameter NVMe offload is not implemented"
+                 : "the optimizer to \"cpu\", \"nvme\" or \"none\"",
+           ")");
   o.pin_memory = r.boolean("pin_memory", false);
+  o.nvme_path = r.str("nvme_path", "");
+  o.buffer_count = static_cast<int>(r.integer("buffer_count", param ? 5 : 4));
+  ZR_CHECK(o.buffer_count >= 1, c.source, ": '", r.key("buffer_count"), "' must be >= 1");
+  o.buffer_size = r.integer("buffer_size", o.buffer_size);
+  o.max_in_cpu = r.integer("max_in_cpu", o.max_in_cpu);
+  ZR_CHECK(o.buffer_size >= 1 && o.max_in_cpu >= 0, c.source, ": '", r.key("buffer_size"), "' / '", r.key("max_in_cpu"),
+           "' must be positive");
+  o.pipeline_read = r.boolean("pipeline_read", false);
+  o.pipeline_write = r.boolean("pipeline_write", false);
+  r.boolean("fast_init", false);  // DeepSpeed's faster first fill of the swap files: zerorun's start as zeros
+  ZR_CHECK(o.device != "nvme" || !o.nvme_path.empty(), c.source, ": '", r.key("device"), "' \"nvme\" needs '",
+           r.key("nvme_path"), "' (a directory on the NVMe disk)");
   return o;
+}
+
+void parse_aio(Reader r, Config& c) {
+  r.keys({"block_size", "queue_depth", "thread_count", "intra_op_parallelism", "single_submit", "overlap_events",
+          "use_gds"});
+  zero::AioConfig& a = c.aio;
+  a.block_size = r.integer("block_size", a.block_size);
+  a.queue_depth = static_cast<int>(r.integer("queue_depth", a.queue_depth));
+  ZR_CHECK(!(r.has("thread_count") && r.has("intra_op_parallelism")), c.source,
+           ": 'aio.thread_count' and 'aio.intra_op_parallelism' (its newer name) are the same setting: give one");
+  a.thread_count =
+      static_cast<int>(r.integer(r.has("thread_count") ? "thread_count" : "intra_op_parallelism", a.thread_count));
+  a.single_submit = r.boolean("single_submit", a.single_submit);
+  a.overlap_events = r.boolean("overlap_events", a.overlap_events);
+  ZR_CHECK(a.block_size >= 1 && a.queue_depth >= 1 && a.thread_count >= 1, c.source,
+           ": 'aio.block_size', 'aio.queue_depth' and 'aio.thread_count' must be positive");
+  ZR_CHECK(!r.boolean("use_gds", false), c.source,
+           ": 'aio.use_gds' true (GPUDirect Storage) is not supported: zerorun reads NVMe into host memory");
 }
 
 void parse_zero(Reader r, Config& c) {
@@ -469,14 +501,12 @@ void parse_train(Reader r, Config& c) {
   t.seq_len = r.integer("seq_len", 0);
   t.packing = r.boolean("packing", true);
   t.loss_chunk_mib = r.integer("loss_chunk_mib", t.loss_chunk_mib);
+  ZR_CHECK(t.loss_chunk_mib >= -1, c.source, ": 'train.loss_chunk_mib' must be >= 0 (or -1: automatic), got ",
+           t.loss_chunk_mib);
   t.loss_chunk_rows = r.integer("loss_chunk_rows", 0);
-  const std::pair<const char*, int64_t> counts[] = {{"steps", t.steps},
-                                                    {"save_interval", t.save_interval},
-                                                    {"eval_interval", t.eval_interval},
-                                                    {"seq_len", t.seq_len},
-                                                    {"loss_chunk_mib", t.loss_chunk_mib},
-                                                    {"loss_chunk_rows", t.loss_chunk_rows},
-                                                    {"seed", static_cast<int64_t>(t.seed)}};
+  const std::pair<const char*, int64_t> counts[] = {
+      {"steps", t.steps},     {"save_interval", t.save_interval},     {"eval_interval", t.eval_interval},
+      {"seq_len", t.seq_len}, {"loss_chunk_rows", t.loss_chunk_rows}, {"seed", static_cast<int64_t>(t.seed)}};
   for (auto& [k, v] : counts) ZR_CHECK(v >= 0, c.source, ": 'train.", k, "' must be >= 0, got ", v);
   ZR_CHECK(t.eval_batches >= 1, c.source, ": 'train.eval_batches' must be >= 1, got ", t.eval_batches);
 }
@@ -491,7 +521,7 @@ Config parse_config(const json& j, const std::string& source) {
   r.keys({"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
           "fp16", "bf16", "bfloat16", "zero_optimization", "gradient_clipping", "steps_per_print",
           "wall_clock_breakdown", "activation_checkpointing", "train", "zero_allow_untested_optimizer",
-          "prescale_gradients", "gradient_predivide_factor"},
+          "prescale_gradients", "gradient_predivide_factor", "aio"},
          {"amp",
           "flops_profiler",
           "tensorboard",
@@ -511,7 +541,6 @@ Config parse_config(const json& j, const std::string& source) {
           "memory_breakdown",
           "zero_force_ds_cpu_optimizer",
           "checkpoint",
-          "aio",
           "disable_allgather",
           "sparse_gradients",
           "data_types",
@@ -557,6 +586,7 @@ Config parse_config(const json& j, const std::string& source) {
   if (r.has("optimizer")) parse_optimizer(r.sub("optimizer"), c);
   if (r.has("scheduler")) parse_scheduler(r.sub("scheduler"), c);
   if (r.has("fp16")) parse_loss_scale(r.sub("fp16"), c);
+  if (r.has("aio")) parse_aio(r.sub("aio"), c);
   // "bfloat16" is the block's old name (DeepSpeed reads it when "bf16" is absent).
   const char* bf_key = r.has("bf16") ? "bf16" : r.has("bfloat16") ? "bfloat16" : nullptr;
   if (r.has("bf16") && r.has("bfloat16"))
@@ -567,9 +597,15 @@ Config parse_config(const json& j, const std::string& source) {
     c.notes.push_back("config: 'bfloat16' read as 'bf16' (its old name in DeepSpeed)");
   if (bf_key) {
     Reader b = r.sub(bf_key);
-    b.keys({"enabled"},
-           {"immediate_grad_update", "check_grad_overflow", "bf16_master_weights_and_grads", "bf16_optimizer_states"});
+    b.keys({"enabled", "bf16_master_weights_and_grads", "bf16_optimizer_states"},
+           {"immediate_grad_update", "check_grad_overflow"});
     c.bf16_enabled = b.bool_or_auto("enabled", "false");
+    // DeepSpeed (BF16 low-precision master state): the ZeRO optimizer's master weights and gradients in bf16, and
+    // (only with them) Adam's exp_avg / exp_avg_sq in bf16.
+    c.bf16_master_weights_and_grads = b.boolean("bf16_master_weights_and_grads", false);
+    c.bf16_optimizer_states = b.boolean("bf16_optimizer_states", false);
+    ZR_CHECK(!c.bf16_optimizer_states || c.bf16_master_weights_and_grads, source, ": '", b.key("bf16_optimizer_states"),
+             "' requires '", b.key("bf16_master_weights_and_grads"), "' (as in DeepSpeed)");
   }
   if (c.fp16_enabled == "true" && c.bf16_enabled == "true")
     ZR_FAIL(source, ": 'fp16.enabled' and 'bf16.enabled' cannot both be true");
@@ -583,6 +619,15 @@ Config parse_config(const json& j, const std::string& source) {
     } else {
       parse_zero(r.sub("zero_optimization"), c);
     }
+  }
+  if (c.bf16_master_weights_and_grads) {  // DeepSpeed's engine and ZeRO optimizer checks
+    ZR_CHECK(c.zero.stage >= 1, source,
+             ": 'bf16.bf16_master_weights_and_grads' is only supported with ZeRO stage 1, 2 or 3 (stage is ",
+             c.zero.stage, ")");
+    ZR_CHECK(c.bf16_optimizer_states || c.zero.offload_optimizer.device != "none", source,
+             ": 'bf16.bf16_master_weights_and_grads' with fp32 optimizer states needs "
+             "'zero_optimization.offload_optimizer.device' \"cpu\" (as in DeepSpeed); or set "
+             "'bf16.bf16_optimizer_states' true");
   }
   if (r.is_auto("gradient_clipping")) {
     c.gradient_clipping = 1.0;
@@ -609,21 +654,6 @@ Config parse_config(const json& j, const std::string& source) {
             "synchronize_checkpoint_boundary", "profile"},
            /*unknown_warns=*/true);
     c.activation_checkpointing = a.boolean("enabled", true);
-  }
-  if (r.has("train")) parse_train(r.sub("train"), c);
-  return c;
-}
-
-Config load_config(const std::string& path) { return parse_config(load_config_file(path), path); }
-
-void resolve_config(Config& c, const ResolveContext& ctx) {
-  const int64_t W = ctx.world_size;
-  ZR_CHECK(W >= 1, "world size must be >= 1");
-  c.world_size = ctx.world_size;
-  auto tb = c.train_batch_size, mb = c.micro_batch, ga = c.grad_accum;
-  // The parser checks the file's values; these may also come from --micro_batch_size or the library's caller.
-  for (auto [v, key] : {std::pair{tb, "train_batch_size"}, std::pair{mb, "train_micro_batch_size_per_gpu"},
-                        std::pair{ga, "gradient_accumulation_steps"}})
     // zerorun's own key: what is recomputed in backward instead of kept ("block": every transformer block whole,
     // DeepSpeed's checkpointing; or any of "norms", "mlp_act", "attention"; "none": nothing).
     if (a.has("recompute")) {
@@ -654,6 +684,21 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
           c.recompute.push_back(m);
       }
     }
+  }
+  if (r.has("train")) parse_train(r.sub("train"), c);
+  return c;
+}
+
+Config load_config(const std::string& path) { return parse_config(load_config_file(path), path); }
+
+void resolve_config(Config& c, const ResolveContext& ctx) {
+  const int64_t W = ctx.world_size;
+  ZR_CHECK(W >= 1, "world size must be >= 1");
+  c.world_size = ctx.world_size;
+  auto tb = c.train_batch_size, mb = c.micro_batch, ga = c.grad_accum;
+  // The parser checks the file's values; these may also come from --micro_batch_size or the library's caller.
+  for (auto [v, key] : {std::pair{tb, "train_batch_size"}, std::pair{mb, "train_micro_batch_size_per_gpu"},
+                        std::pair{ga, "gradient_accumulation_steps"}})
     ZR_CHECK(!v || *v > 0, c.source, ": ", key, " must be a positive integer, got ", *v);
   // A micro batch left "auto" with nothing to derive it from: the HF Trainer's default per_device_train_batch_size.
   const bool hf_micro =
@@ -708,6 +753,13 @@ void resolve_config(Config& c, const ResolveContext& ctx) {
   if (c.bf16_enabled == "auto")
     note("bf16.enabled", c.precision == Precision::BF16 ? "true" : "false",
          ctx.on_gpu ? (ctx.gpu_has_bf16 ? "the GPU has bf16" : "the GPU has no bf16") : "training on the CPU");
+  if ((c.bf16_master_weights_and_grads || c.bf16_optimizer_states) && c.precision != Precision::BF16) {
+    if (first)
+      c.warnings.push_back(c.source + ": 'bf16.bf16_master_weights_and_grads' / 'bf16.bf16_optimizer_states' " +
+                           "have no effect: training runs in " + precision_name(c.precision) +
+                           " (bf16.enabled is not true)");
+    c.bf16_master_weights_and_grads = c.bf16_optimizer_states = false;
+  }
   if (c.fp16_enabled == "auto")
     note("fp16.enabled", c.precision == Precision::FP16 ? "true" : "false",
          c.precision == Precision::BF16 ? "bf16 is used"

@@ -32,11 +32,16 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   // updated by the CPU optimizer; stage 3 offload_param keeps the parameter
   // shards in host memory too and streams them in per bucket. On CPU runs
   // everything already lives in host memory.
-  offload_ = dev_.is_cuda() && cfg_.zero.offload_optimizer.device == "cpu";
+  offload_ = dev_.is_cuda() && cfg_.zero.offload_optimizer.device != "none";  // cpu or nvme
   pdev_ = dev_.is_cuda() && stage_ == 3 && cfg_.zero.offload_param.device == "cpu" ? Device::cpu() : dev_;
   ZR_CHECK(!offload_ || stage_ >= 1, "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage is 0)");
   ZR_CHECK(pdev_ == dev_ || offload_, "offload_param on a GPU run needs offload_optimizer too");
   mixed_ = cfg_.precision != Precision::FP32;
+  // bf16.bf16_master_weights_and_grads: the bf16 compute weights are the master (no fp32 copy), updated in place by
+  // the CPU optimizer, which rounds the gradient and the new weights to bf16.
+  bf16_master_ = mixed_ && cfg_.bf16_master_weights_and_grads;
+  ZR_CHECK(!bf16_master_ || dev_.is_cpu(), "bf16.bf16_master_weights_and_grads / bf16_optimizer_states are ",
+           "implemented on CPU ranks only so far (issue 34); this run trains on a GPU");
   seq_len_ = cfg_.train.seq_len;
   if (model_.symbols.count("T")) {
     int64_t maxT = model_.symbols.at("T");
@@ -67,7 +72,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   }
   // fp32 master: in fp32 the compute weights are the master; with 16-bit
   // compute it is optimizer state, sharded from stage 1 on.
-  if (mixed_ || offload_) {
+  if ((mixed_ && !bf16_master_) || offload_) {
     if (stage_ == 0) {
       master_ = compute_.clone(MemCategory::Optimizer);
     } else {
@@ -118,7 +123,9 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     // f32 copy from the host master.
     if (master_.defined() && !offload_) make_compact();
   }
-  exec_->loss_chunk_bytes = cfg_.train.loss_chunk_mib << 20;
+  const bool auto_chunks = cfg_.train.loss_chunk_mib < 0;  // large vocabularies only
+  exec_->loss_chunk_bytes = (auto_chunks ? int64_t{256} : cfg_.train.loss_chunk_mib) << 20;
+  exec_->loss_chunk_min_vocab = auto_chunks ? 65536 : 0;
   exec_->loss_chunk_rows = cfg_.train.loss_chunk_rows;
   if (cfg_.activation_checkpointing) {
     // Every block but the first (embeddings) and the last (head and loss): the whole block, or selected ops.
@@ -142,7 +149,16 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     }
   }
   opt_ = std::make_unique<Optimizer>(cfg_.optimizer, stage_ == 0 ? plan_.padded : plan_.shard_numel(),
-                                     offload_ ? Device::cpu() : dev_);
+                                     offload_ ? Device::cpu() : dev_, bf16_master_,
+                                     bf16_master_ && cfg_.bf16_optimizer_states);
+  // offload_optimizer "nvme" (ZeRO-Infinity): the CPU optimizer's moments live in a file under nvme_path, streamed
+  // in chunks of sub_group_size elements (at most 16M) around each update (src/zero/nvme.cc).
+  if (cfg_.zero.offload_optimizer.device == "nvme") {
+    ZR_CHECK(stage_ >= 1, "offload_optimizer \"nvme\" needs ZeRO stage 1, 2 or 3 (stage is 0)");
+    const OffloadConfig& o = cfg_.zero.offload_optimizer;
+    const int64_t chunk = std::min<int64_t>(cfg_.zero.sub_group_size, int64_t{1} << 24);
+    opt_->place_on_nvme(o.nvme_path, comm_.rank(), chunk, o.buffer_count, cfg_.aio);
+  }
   sched_ = std::make_unique<LrSchedule>(cfg_.scheduler, cfg_.optimizer, total_steps);
   scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale, cfg_.precision == Precision::FP16);
   // CUDA graphs where a micro-batch's work is the same kernels on the same buffers every time: stages 0-1 (no
@@ -204,8 +220,10 @@ Engine::~Engine() {
 
 void Engine::build_layout() {
   // Buckets (src/zero/layout.cc): consecutive params of one block up to reduce_bucket_size elements (stages 2-3).
-  const int64_t bucket = stage_ >= 2 ? cfg_.zero.reduce_bucket_size.value_or(std::numeric_limits<int64_t>::max())
-                                     : std::numeric_limits<int64_t>::max();
+  // DeepSpeed allows 0 (a bucket per parameter), as a bucket of 1 element does here (the estimate's rule too).
+  const int64_t bucket =
+      stage_ >= 2 ? std::max<int64_t>(cfg_.zero.reduce_bucket_size.value_or(std::numeric_limits<int64_t>::max()), 1)
+                  : std::numeric_limits<int64_t>::max();
   const auto& blocks = model_.graph.blocks;
   std::vector<zero::ParamUse> uses;
   auto ranges = model_.graph.block_ranges();
@@ -583,6 +601,8 @@ StepStats Engine::train_step(DataSource& data) {
       double coef = cfg_.gradient_clipping / (st.grad_norm + 1e-6);
       if (coef < 1.0) be().scale_inplace(g, static_cast<float>(coef), gn);
     }
+    const auto t_opt = std::chrono::steady_clock::now();
+    const double nvme_wait0 = opt_->nvme() ? opt_->nvme()->wait_seconds() : 0.0;
     LrMom lm = sched_->at(updates_ - 1);
     double beta1 =
         lm.beta1 ? *lm.beta1 : (cfg_.optimizer.type == "SGD" ? cfg_.optimizer.momentum : cfg_.optimizer.beta1);
@@ -613,8 +633,12 @@ StepStats Engine::train_step(DataSource& data) {
     }
     st.lr = lm.lr;
     ++updates_;
-    profile::Scope ps("refresh+gather params");
-    gather_after_step(rounded_out(0).f32 != nullptr);
+    {
+      profile::Scope ps("refresh+gather params");
+      gather_after_step(rounded_out(0).f32 != nullptr);
+    }
+    st.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
+    if (opt_->nvme()) st.nvme_wait_seconds = opt_->nvme()->wait_seconds() - nvme_wait0;
   }
   // Stages 2-3 accumulate each step's reduced shards; a skipped step's non-finite values are cleared as well
   // (stages 0-1 otherwise overwrite the buffer in the next backward; its padding is never written).
@@ -657,9 +681,27 @@ ModelStateBytes Engine::model_state_bytes() const {
     if (s.persistent && s.full.defined()) b.params += static_cast<int64_t>(s.full.nbytes());
   b.grads = static_cast<int64_t>(grads_full_.defined() ? grads_full_.nbytes() : grads_shard_.nbytes()) +
             static_cast<int64_t>(host_grad_.defined() ? host_grad_.nbytes() : 0);
-  b.optimizer = static_cast<int64_t>(master_.defined() ? master_.nbytes() : 0);
-  for (auto& [name, t] : opt_->state()) b.optimizer += static_cast<int64_t>(t.nbytes());
+  b.optimizer = static_cast<int64_t>(master_.defined() ? master_.nbytes() : 0) + opt_->ram_bytes();
   return b;
+}
+
+std::string Engine::optimizer_report() const {
+  std::ostringstream os;
+  os.precision(3);
+  const bool bf16_states = bf16_master_ && cfg_.bf16_optimizer_states;
+  const bool host = dev_.is_cpu() || offload_;
+  os << std::fixed << "optimizer states in " << (host ? "host RAM" : "device memory") << ": master=";
+  if (master_.defined())
+    os << master_.nbytes() / 1048576.0 << "MiB (fp32)";
+  else
+    os << (bf16_master_ ? "the bf16 compute weights" : "the fp32 compute weights");
+  if (opt_->nvme())
+    os << " moments on NVMe=" << opt_->nvme_bytes() / 1048576.0 << "MiB (" << (bf16_states ? "bf16" : "f32") << ", "
+       << opt_->nvme()->path()
+       << (opt_->nvme()->direct() ? ", O_DIRECT" : ", buffered: the filesystem refused O_DIRECT") << ")";
+  else
+    os << " moments=" << opt_->ram_bytes() / 1048576.0 << "MiB (" << (bf16_states ? "bf16" : "f32") << ")";
+  return os.str();
 }
 
 std::string Engine::memory_report() const {
@@ -669,8 +711,8 @@ std::string Engine::memory_report() const {
   os.precision(3);
   os << std::fixed << "memory rank " << comm_.rank() << (dev_.is_cpu() ? "" : " (cuda)")
      << ": model states params=" << b.params / 1048576.0 << "MiB grads=" << b.grads / 1048576.0
-     << "MiB optimizer=" << b.optimizer / 1048576.0
-     << "MiB | activations peak=" << act.peak[static_cast<size_t>(MemCategory::Activations)] / 1048576.0
+     << "MiB optimizer=" << b.optimizer / 1048576.0 << "MiB [" << optimizer_report() << "]"
+     << " | activations peak=" << act.peak[static_cast<size_t>(MemCategory::Activations)] / 1048576.0
      << "MiB | process peak=" << s.total_peak / 1048576.0 << "MiB";
   if (const uint64_t rss = platform::peak_rss_bytes()) os << " | peak RSS=" << rss / 1048576.0 << "MiB";
   if (!dev_.is_cpu()) os << " | device peak=" << mem_stats(true).total_peak / 1048576.0 << "MiB";

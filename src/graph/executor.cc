@@ -108,7 +108,7 @@ int64_t Executor::chunk_rows(int64_t N) const {
   bool all16 = kernels::backend(x.device()).activations16();  // the chain's values all in 16 bits
   for (size_t k = 0; k + 1 < loss_chain_.size(); ++k) all16 = all16 && out16_[loss_chain_[k]][0];
   int64_t r = loss_chunk_rows;
-  if (r <= 0 && loss_chunk_bytes > 0) r = std::max<int64_t>(8, loss_chunk_bytes / (V * (all16 ? 2 : 4)) / 8 * 8);
+  if (r <= 0 && loss_chunk_bytes > 0 && V >= loss_chunk_min_vocab) r = std::max<int64_t>(8, loss_chunk_bytes / (V * (all16 ? 2 : 4)) / 8 * 8);
   return r > 0 && r < N ? r : 0;
 }
 

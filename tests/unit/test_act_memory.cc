@@ -128,6 +128,12 @@ TEST_CASE("chunked head and loss: the unchunked loss and gradients, a chunk's lo
     const Run autosz = run(c.m, batches, [&](Executor& ex) { ex.loss_chunk_bytes = 8 * V * 4; });
     CHECK(autosz.chunks == 4);
     same(plain, autosz, false);
+    // The engine's automatic default leaves heads below loss_chunk_min_vocab outputs whole.
+    const Run whole = run(c.m, batches, [&](Executor& ex) {
+      ex.loss_chunk_bytes = 8 * V * 4;
+      ex.loss_chunk_min_vocab = V + 1;
+    });
+    CHECK(whole.chunks == 0);
   }
 }
 
