@@ -3,7 +3,8 @@
 # environment (tests/clean_env_rsh_agent.sh): the job's environment (ZERORUN_*, NCCL_*, OMP_NUM_THREADS and
 # DeepSpeed's .deepspeed_env, home's then the working directory's) reaches every rank, and nothing else does;
 # --ssh with arguments and --ssh_port reach the agent; --nic selects MPI's interfaces; a quoted --launcher_args
-# stays one word; an unterminated quote is a usage error; a real 2-"host" training run with all of it.
+# stays one word; an unterminated quote is a usage error; a real 2-"host" training run with all of it. The launcher's
+# root-cause report for 2 local ranks (a rank's error, a rank killed).
 set -u
 ZR=$(realpath "${1:?usage: launch_env_test.sh path/to/zerorun}")
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -80,5 +81,28 @@ if [[ -n "$d" ]] && awk -v d="$d" 'BEGIN{exit !(d < 1e-5)}'; then
   ok "2-host ZeRO-3 run with --ssh/--ssh_port/--nic equals 1 rank (attempt $attempt, worst loss diff $d)"
 else bad "2-host run: $(grep -v '^\[zerorun\]' two.out | tail -5)"; fi
 
+# The launcher's root-cause report with 2 local ranks. Rank 1 fails with an error at step 3 (the test knob
+# ZERORUN_FAULT_INJECT=fail_at_step:1:3): the report names rank 1, its error line and step, and what rank 0 was
+# doing; the ranks' status lines stay off the terminal; the exit code is rank 1's.
+echo '{"train_batch_size": 4, "zero_optimization": {"stage": 2}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}' >z2.json
+t0=$(date +%s.%N)
+ZERORUN_FAULT_INJECT=fail_at_step:1:3 timeout 60 "$ZR" --num_gpus 2 --config z2.json gpt.bin --steps 1000 \
+  --micro_batch_size 2 --log_dir fail >fail.out 2>&1
+rc=$?
+dt=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}')
+cause=$(grep -A3 "root cause" fail.out)
+if [[ $rc -eq 1 ]] && grep -q "rank 1 on host localhost ([^)]*) (pid [0-9]*): exited with code 1 (error)" <<<"$cause" &&
+  grep -q "error: zerorun: error: fault injection (ZERORUN_FAULT_INJECT): rank 1 fails at step 3" <<<"$cause" &&
+  grep -q "state: step 3" <<<"$cause" && grep -Eq "rank 0 on host localhost .*(step [0-9]+|no report)" fail.out &&
+  ! grep -q "^ZERORUN_RANK_STATUS" fail.out && grep -q "^\[zerorun\].*world 2" fail.out; then
+  ok "a rank's error: the report names rank 1 and its error line (exit 1, ${dt} s): $(grep 'rank 0 on host' fail.out | sed 's/^zerorun: *//' | cut -c1-90)"
+else bad "rank error report (rc=$rc): $(grep -v '^\[zerorun\]' fail.out | tail -14)"; fi
+# Rank 1 killed (SIGKILL while saving: ZERORUN_FAULT_INJECT=die_after_shard:1): OpenMPI's message gives the signal.
+ZERORUN_FAULT_INJECT=die_after_shard:1 timeout 60 "$ZR" --num_gpus 2 --config z2.json gpt.bin --steps 2 \
+  --micro_batch_size 2 --save_dir kck >kill.out 2>&1
+rc=$?
+if [[ $rc -eq 137 ]] && grep -A1 "root cause" kill.out | grep -q "rank 1 on host localhost.*exited on signal 9"; then
+  ok "a rank killed: the report names rank 1 and signal 9 (exit 137)"
+else bad "killed rank report (rc=$rc): $(grep -v '^\[zerorun\]' kill.out | tail -10)"; fi
 echo "$pass passed, $fail failed (work dir $W)"
 [[ $fail -eq 0 ]]
