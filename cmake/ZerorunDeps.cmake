@@ -54,3 +54,10 @@ if(ZERORUN_ENABLE_CUDA)
     message(STATUS "zerorun: no CUDA toolkit found, CPU-only build")
   endif()
 endif()
+
+# NVMe offload (src/zero/nvme.cc): io_uring through liburing (Debian: liburing-dev). Without it the "nvme" offload
+# device is an error at run time naming the missing library.
+if(NOT WIN32)
+  find_library(URING_LIB NAMES uring)
+  find_path(URING_INCLUDE liburing.h)
+endif()

@@ -4,7 +4,7 @@
 # and .ci/run.
 set -euo pipefail
 PKGS=(cmake g++ make pkg-config nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev catch2 libopenblas-dev
-  openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch)
+  openmpi-bin libopenmpi-dev python3 python3-numpy python3-torch liburing-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -253,6 +253,12 @@ class Backend {
     adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
     round_copies(dt, p, r32, r16, n, slots, base);
   }
+  // Adam/AdamW with DeepSpeed's bf16.bf16_master_weights_and_grads: g rounded to bf16, p (bf16 values in f32 storage)
+  // rounded to bf16 after the update; m, v f32, or bf16 bits (bf16_states: bf16.bf16_optimizer_states).
+  virtual void adam_step_bf16_master(float*, const float*, void*, void*, bool, int64_t, float, float, float, float,
+                                     float, bool, bool, int64_t) {
+    ZR_FAIL("bf16 master weights / optimizer states are implemented by the CPU optimizer only (CPU ranks)");
+  }
   // Writes one f32 scalar (e.g. a loss gradient) at p.
   virtual void set_scalar(float* p, float v) = 0;
   virtual float get_scalar(const float* p) = 0;

@@ -28,16 +28,29 @@ inline AdamCoeffs adam_coeffs(float lr, float beta1, float beta2, float eps, flo
   return {lr, beta1, beta2, eps, wd, lr / bc1, std::sqrt(bc2), adamw};
 }
 
-// AdamW decays the weight directly; Adam with weight_decay adds the L2 term to the gradient.
-ZR_HD inline void adam_elem(float& p, float g, float& m, float& v, const AdamCoeffs& c) {
-  if (!c.adamw && c.wd != 0.f) g += c.wd * p;
+// AdamW decays the weight directly; Adam with weight_decay adds the L2 term to the gradient. kL2 / kDecay: which of
+// the two applies (adam_mode(c)), fixed at compile time so that vector loops carry no branch.
+template <bool kL2, bool kDecay>
+ZR_HD inline void adam_elem_t(float& p, float g, float& m, float& v, const AdamCoeffs& c) {
+  if constexpr (kL2) g += c.wd * p;
   const float mi = c.beta1 * m + (1.f - c.beta1) * g;
   const float vi = c.beta2 * v + (1.f - c.beta2) * g * g;
   m = mi;
   v = vi;
   float pi = p;
-  if (c.adamw && c.wd != 0.f) pi -= c.lr * c.wd * pi;
+  if constexpr (kDecay) pi -= c.lr * c.wd * pi;
   p = pi - c.step_size * mi / (sqrtf(vi) / c.bc2_sqrt + c.eps);
+}
+// 0: no weight decay, 1: L2 (Adam), 2: decoupled (AdamW).
+ZR_HD inline int adam_mode(const AdamCoeffs& c) { return c.wd == 0.f ? 0 : c.adamw ? 2 : 1; }
+ZR_HD inline void adam_elem(float& p, float g, float& m, float& v, const AdamCoeffs& c) {
+  const int mode = adam_mode(c);
+  if (mode == 0)
+    adam_elem_t<false, false>(p, g, m, v, c);
+  else if (mode == 1)
+    adam_elem_t<true, false>(p, g, m, v, c);
+  else
+    adam_elem_t<false, true>(p, g, m, v, c);
 }
 
 // torch.optim.SGD semantics (momentum buffer starts as the first gradient).

@@ -32,6 +32,10 @@ struct StepStats {
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
   bool skipped = false;  // overflow: no update
   double seconds = 0;
+  // Of `seconds`, this rank's optimizer update (with offload: the gradient shard's copy to the host, the CPU
+  // optimizer, the weights' refresh and gather): what the update costs a step.
+  double optimizer_seconds = 0;
+  double nvme_wait_seconds = 0;  // of optimizer_seconds, waiting on NVMe reads and writes (offload "nvme")
   int64_t tokens = 0;  // tokens (or samples) processed by all ranks
 };
 
@@ -59,6 +63,8 @@ class Engine {
   const Config& config() const { return cfg_; }
   const zero::Plan& plan() const { return plan_; }
   std::string memory_report() const;
+  // Where the optimizer's states live and in what type: the fp32 master (or what serves as it) and the moments.
+  std::string optimizer_report() const;
   ModelStateBytes model_state_bytes() const;
   int64_t seq_len() const { return seq_len_; }
   // Sharded checkpoint of every rank's state under save_dir/global_step<N>/
@@ -117,7 +123,9 @@ class Engine {
   // Checkpoint slices: the element range of param p that `rank` saves.
   zero::Range ckpt_range(int p, int rank) const;
   float* master_at(int p, int64_t elem);        // fp32 master element of param p (in this rank's range)
-  float* state_at(int k, int p, int64_t elem);  // optimizer state k (0 = m, 1 = v) element
+  // Optimizer state k (0 = m, 1 = v) of param p, elements [elem, elem + n), read into / written from f32 (bf16
+  // states widened / rounded).
+  void state_io(int k, int p, int64_t elem, int64_t n, float* buf, bool write);
   // rounded: the optimizer already wrote this rank's compute copies (fused with its update).
   void gather_after_step(bool rounded);
   // Stages 1-2 on several ranks with the compact f32 copy: the weights go round as the 16-bit copy (gather16).
@@ -135,6 +143,7 @@ class Engine {
   bool offload_ = false;
   int stage_ = 0;
   bool mixed_ = false;
+  bool bf16_master_ = false;  // bf16.bf16_master_weights_and_grads: the compute weights are the master
   int64_t seq_len_ = 0;
   zero::Plan plan_;
   std::vector<int64_t> shard_off_;              // group -> offset inside this rank's shard arrays

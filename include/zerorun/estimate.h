@@ -16,6 +16,8 @@ struct EstimateRequest {
   int64_t micro_batch = 1, seq_len = 0;            // seq_len 0: the model's context (symbol T)
   int64_t reduce_bucket_size = 500000000;          // the engine's default (DeepSpeed's)
   int64_t stage3_prefetch_bucket_size = 50000000;  // the default before "auto" resolves it
+  // bf16.bf16_master_weights_and_grads / bf16_optimizer_states (bf16 on CPU ranks; stages 1-3 rows)
+  bool bf16_master = false, bf16_states = false;
 };
 
 struct StageEstimate {

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "zerorun/config.h"
+#include "zerorun/nvme.h"
 #include "zerorun/tensor.h"
 
 namespace zerorun {
@@ -25,7 +26,11 @@ struct RoundedOut {
 
 class Optimizer {
  public:
-  Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev = Device::cpu());
+  // bf16_master: DeepSpeed's bf16.bf16_master_weights_and_grads (the weights given to step/update hold bf16 values
+  // and stay so; gradients are rounded to bf16 first); bf16_states: bf16.bf16_optimizer_states (exp_avg and
+  // exp_avg_sq stored as bf16, needs bf16_master). Adam/AdamW only.
+  Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev = Device::cpu(), bool bf16_master = false,
+            bool bf16_states = false);
   // One update of p[0..n) from g; `lr` and `beta1` come from the scheduler.
   void step(float* p, const float* g, double lr, double beta1, RoundedOut out = {});
   // Sharded form: begin_step() once per optimizer step, then update() on
@@ -34,8 +39,19 @@ class Optimizer {
   void update(float* p, const float* g, int64_t state_offset, int64_t n, double lr, double beta1, RoundedOut out = {});
   int64_t steps() const { return steps_; }
   void set_steps(int64_t s) { steps_ = s; }
-  // State tensors by name ("exp_avg", "exp_avg_sq" / "momentum_buffer").
+  // State tensors by name ("exp_avg", "exp_avg_sq" / "momentum_buffer"): F32, or BF16 with bf16 states. Empty
+  // tensors when the states live on NVMe (place_on_nvme): read_state / write_state reach them anywhere.
   std::vector<std::pair<std::string, Tensor>> state() const;
+  // State k's elements [off, off + n) as f32 (bf16 states widened / rounded), wherever they live (host memory).
+  void read_state(int k, int64_t off, int64_t n, float* dst);
+  void write_state(int k, int64_t off, int64_t n, const float* src);
+  // offload_optimizer.device "nvme": the states move to a file under nvme_path (zerorun::zero::NvmeStates), streamed
+  // chunk by chunk (chunk_elems) around each update; host states only (CPU optimizer).
+  void place_on_nvme(const std::string& nvme_path, int rank, int64_t chunk_elems, int buffer_count,
+                     const zero::AioConfig& aio);
+  const zero::NvmeStates* nvme() const { return nvme_.get(); }
+  int64_t ram_bytes() const;   // state bytes in memory
+  int64_t nvme_bytes() const;  // state bytes on NVMe (the file)
   const OptimizerConfig& config() const { return cfg_; }
 
  private:
@@ -43,7 +59,12 @@ class Optimizer {
   int64_t n_;
   Device dev_;
   int64_t steps_ = 0;
+  bool bf16_master_ = false, bf16_states_ = false;
   Tensor m_, v_;
+  std::unique_ptr<zero::NvmeStates> nvme_;
+  // One update of [off, off + n) given the states' memory (m, v at the update's first element).
+  void update_mem(float* p, const float* g, void* m, void* v, int64_t n, double lr, double beta1,
+                  const RoundedOut& out);
 };
 
 struct LrMom {

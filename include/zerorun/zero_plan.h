@@ -82,7 +82,10 @@ struct StateEstimate {
   double params = 0, grads = 0, optimizer = 0;  // as Engine::model_state_bytes counts them
   double device = 0, host = 0;                  // the same bytes by location (host = all of it on CPU runs)
 };
+// bf16_master (bf16.bf16_master_weights_and_grads, CPU ranks): no fp32 master, the compute weights are it;
+// bf16_states (bf16.bf16_optimizer_states): 2-byte moments.
 StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, bool gpu, bool offload_optimizer,
-                                    bool offload_param, double f32_read = -1);
+                                    bool offload_param, double f32_read = -1, bool bf16_master = false,
+                                    bool bf16_states = false);
 
 }  // namespace zerorun::zero

@@ -176,6 +176,11 @@ class CpuBackend : public Backend {
                  float wd, bool adamw, bool bias_correction, int64_t step) override {
     cpu::adam_step(p, g, m, v, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
   }
+  void adam_step_bf16_master(float* p, const float* g, void* m, void* v, bool bf16_states, int64_t n, float lr,
+                             float beta1, float beta2, float eps, float wd, bool adamw, bool bias_correction,
+                             int64_t step) override {
+    cpu::adam_step_bf16_master(p, g, m, v, bf16_states, n, lr, beta1, beta2, eps, wd, adamw, bias_correction, step);
+  }
   void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
                 bool nesterov, bool first_step) override {
     cpu::sgd_step(p, g, buf, n, lr, momentum, dampening, wd, nesterov, first_step);

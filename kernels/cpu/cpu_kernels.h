@@ -174,6 +174,14 @@ void mse_bwd(const float* pred, const float* target, float dloss, float* dpred, 
 // (p -= lr*(m_hat/(sqrt(v_hat)+eps) + wd*p)); false: L2 (g += wd*p).
 void adam_step(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                float wd, bool adamw, bool bias_correction, int64_t step);
+// adam_step one element at a time, without threads or vector clones: what the tests and the benchmark compare with.
+void adam_step_reference(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                         float eps, float wd, bool adamw, bool bias_correction, int64_t step);
+// DeepSpeed's bf16 master weights and gradients: g rounded to bf16, the update in f32, p (bf16 values in f32
+// storage) rounded to bf16; m, v f32 or (bf16_states) bf16 bits widened and rounded around the update.
+void adam_step_bf16_master(float* p, const float* g, void* m, void* v, bool bf16_states, int64_t n, float lr,
+                           float beta1, float beta2, float eps, float wd, bool adamw, bool bias_correction,
+                           int64_t step);
 // SGD with torch.optim.SGD semantics; `buf` is the momentum buffer.
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
               bool nesterov, bool first_step);

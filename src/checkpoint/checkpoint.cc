@@ -233,12 +233,34 @@ float* Engine::master_at(int p, int64_t elem) {
   return owned_master(s.group) + (pos - plan_.owned(s.group, comm_.rank()).begin);
 }
 
-float* Engine::state_at(int k, int p, int64_t elem) {
+void Engine::state_io(int k, int p, int64_t elem, int64_t n, float* buf, bool write) {
   const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
   Tensor t = opt_->state().at(static_cast<size_t>(k)).second;
-  int64_t pos = s.offset + elem;
-  if (stage_ == 0) return t.f32() + pos;
-  return t.f32() + shard_off_[static_cast<size_t>(s.group)] + (pos - plan_.owned(s.group, comm_.rank()).begin);
+  const int64_t pos = s.offset + elem;
+  const int64_t at =
+      stage_ == 0 ? pos : shard_off_[static_cast<size_t>(s.group)] + (pos - plan_.owned(s.group, comm_.rank()).begin);
+  if (opt_->nvme()) {  // states in a file under nvme_path
+    if (write)
+      opt_->write_state(k, at, n, buf);
+    else
+      opt_->read_state(k, at, n, buf);
+    return;
+  }
+  if (t.dtype() == DType::F32) {
+    if (write)
+      copy_f32(t.f32() + at, buf, n);
+    else
+      copy_f32(buf, t.f32() + at, n);
+    return;
+  }
+  // bf16 optimizer states (host memory): saved widened to f32 (exact), loaded rounded to bf16.
+  ZR_CHECK(t.dtype() == DType::BF16 && t.device().is_cpu(), "optimizer state of type ", dtype_name(t.dtype()));
+  uint16_t* h = static_cast<uint16_t*>(t.raw()) + at;
+  for (int64_t i = 0; i < n; ++i)
+    if (write)
+      h[i] = f32_to_bf16(buf[i]);
+    else
+      buf[i] = bf16_to_f32(h[i]);
 }
 
 std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state) {
@@ -260,7 +282,7 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
     items.push_back({name + ".master", mt});
     for (size_t k = 0; k < states.size(); ++k) {
       Tensor st = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
-      copy_f32(st.f32(), state_at(static_cast<int>(k), static_cast<int>(p), rg.begin), rg.size());
+      state_io(static_cast<int>(k), static_cast<int>(p), rg.begin, rg.size(), st.f32(), false);
       items.push_back({name + "." + states[k].first, st});
     }
   }
@@ -394,13 +416,16 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
         copy_f32(dst, c.data(), need.size());
       }
       // After the compute copy: in fp32 the master may alias it. `own` lies inside `need`.
+      // bf16 master weights: the master is the compute copy, bf16 values (an fp32-master checkpoint rounded).
+      if (bf16_master_)
+        for (float& x : v) x = round_to(DType::BF16, x);
       if (!own.empty()) copy_f32(master_at(pi, own.begin), v.data() + (own.begin - need.begin), own.size());
     }
     if (!own.empty())
       for (size_t k = 0; k < states.size(); ++k) {
         std::vector<float> st(static_cast<size_t>(own.size()));
         read_into(s.name, states[k].first, own.begin, own.end, st.data());
-        copy_f32(state_at(static_cast<int>(k), pi, own.begin), st.data(), own.size());
+        state_io(static_cast<int>(k), pi, own.begin, own.size(), st.data(), true);
       }
   }
   global_step_ = m["step"].get<int64_t>();

@@ -307,6 +307,9 @@ int main(int argc, char** argv) {
   est_cmd->add_option("--n_kv_head", est_llama.n_kv_head, "--arch: key/value heads");
   est_cmd->add_option("--head_dim", est_llama.head_dim, "--arch: head size");
   est_cmd->add_flag("--tied", est_tied, "--arch llama and decoders: lm_head tied to the embedding");
+  est_cmd->add_flag("--bf16_master_weights_and_grads", est.bf16_master,
+                    "bf16.bf16_master_weights_and_grads: no fp32 master (bf16 on CPU ranks)");
+  est_cmd->add_flag("--bf16_optimizer_states", est.bf16_states, "bf16.bf16_optimizer_states: 2-byte Adam moments");
 
   auto* report_cmd = app.add_subcommand("report", "build features, library versions, GPUs seen");
 

@@ -48,7 +48,8 @@ void Engine::make_compact() {
 }
 
 void Engine::refresh_compute_params() {
-  if ((!mixed_ && !offload_) || compact_) return;  // compact: sync_compute16 rounds both copies from the master
+  // No master (fp32, or bf16 master weights: the compute weights themselves) or compact: nothing to refresh.
+  if ((!mixed_ && !offload_) || compact_ || !master_.defined()) return;  // compact: sync_compute16 rounds both copies from the master
   const DType dt = precision_dtype(cfg_.precision);
   if (offload_) {  // host master -> (rounded) -> device compute pieces (through offload_stage_) or host ones
     for (size_t g = 0; g < plan_.groups.size(); ++g) {

@@ -698,7 +698,8 @@ std::string Engine::optimizer_report() const {
   if (opt_->nvme())
     os << " moments on NVMe=" << opt_->nvme_bytes() / 1048576.0 << "MiB (" << (bf16_states ? "bf16" : "f32") << ", "
        << opt_->nvme()->path()
-       << (opt_->nvme()->direct() ? ", O_DIRECT" : ", buffered: the filesystem refused O_DIRECT") << ")";
+       << (opt_->nvme()->direct() ? ", O_DIRECT" : ", buffered: the filesystem refused O_DIRECT")
+       << "; buffers in RAM=" << opt_->nvme()->buffer_bytes() / 1048576.0 << "MiB)";
   else
     os << " moments=" << opt_->ram_bytes() / 1048576.0 << "MiB (" << (bf16_states ? "bf16" : "f32") << ")";
   return os.str();

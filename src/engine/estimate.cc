@@ -93,6 +93,9 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
   ZR_CHECK(r.precision == "fp32" || r.precision == "bf16" || r.precision == "fp16",
            "--precision must be fp32, bf16 or fp16, got '", r.precision, "'");
   ZR_CHECK(r.micro_batch >= 1, "--micro_batch_size must be >= 1");
+  ZR_CHECK(!r.bf16_states || r.bf16_master, "--bf16_optimizer_states needs --bf16_master_weights_and_grads");
+  ZR_CHECK(!r.bf16_master || (r.precision == "bf16" && !r.gpu), "--bf16_master_weights_and_grads: bf16 training on ",
+           "CPU ranks only so far (--precision bf16 --device cpu)");
   MemoryEstimate e;
   e.world = r.gpus_per_node * r.nodes;
   e.params = static_cast<double>(m.num_params());
@@ -118,11 +121,12 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
   for (int stage = 0; stage <= 3; ++stage)
     for (bool off : {false, true}) {
       if (off && (!r.gpu || stage == 0)) continue;
+      if (r.bf16_master && stage == 0) continue;  // DeepSpeed: stages 1-3 only
       StageEstimate s;
       s.stage = stage;
       s.offload = off;
-      const zero::StateEstimate st =
-          zero::estimate_model_states(e.params, stage, e.world, mixed, r.gpu, off, off && stage == 3, f32_read);
+      const zero::StateEstimate st = zero::estimate_model_states(
+          e.params, stage, e.world, mixed, r.gpu, off, off && stage == 3, f32_read, r.bf16_master, r.bf16_states);
       s.params = st.params, s.grads = st.grads, s.optimizer = st.optimizer;
       s.states_device = st.device, s.states_host = st.host;
       s.buckets = bucket_peak(buckets, plan, stage, r.stage3_prefetch_bucket_size);
@@ -148,7 +152,11 @@ std::string format_estimate(const MemoryEstimate& e, const EstimateRequest& r, c
   std::ostringstream os;
   os << what << ": " << static_cast<int64_t>(e.params) << " parameters; " << r.precision << " on "
      << (r.gpu ? "cuda" : "cpu") << ", " << r.gpus_per_node << (r.gpu ? " GPU(s)" : " rank(s)") << " per node x "
-     << r.nodes << " node(s) = " << e.world << " rank(s); AdamW\n";
+     << r.nodes << " node(s) = " << e.world << " rank(s); AdamW"
+     << (r.bf16_states   ? " (bf16 master weights and moments)"
+         : r.bf16_master ? " (bf16 master weights)"
+                         : "")
+     << "\n";
   os << "activations per rank: " << gib(e.activations) << " at micro batch " << r.micro_batch << " x sequence "
      << e.seq_len << " (f32 values; 16-bit GPU runs store some in 16 bits)\n";
   char line[256];

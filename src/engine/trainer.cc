@@ -153,12 +153,17 @@ int run_training(const TrainOptions& o, Communicator& comm) {
     for (auto& n : cfg.notes) spdlog::info("{}", n);
     if (!cfg.optimizer.given) spdlog::info("no optimizer in {}: using AdamW lr={}", o.config_path, cfg.optimizer.lr);
     if (cfg.fp16_enabled != "false" || cfg.bf16_enabled != "false")
-      spdlog::info(
-          "precision: {} (fp16.enabled={}, bf16.enabled={}; 16-bit weights are rounded copies of the fp32 "
-          "master; {})",
-          precision_name(cfg.precision), cfg.fp16_enabled, cfg.bf16_enabled,
-          gpu ? "matrix products take 16-bit operands on tensor cores, other arithmetic in f32"
-              : "CPU arithmetic in f32");
+      spdlog::info("precision: {} (fp16.enabled={}, bf16.enabled={}; {}; {})", precision_name(cfg.precision),
+                   cfg.fp16_enabled, cfg.bf16_enabled,
+                   cfg.bf16_master_weights_and_grads
+                       ? (cfg.bf16_optimizer_states
+                              ? "bf16_master_weights_and_grads + bf16_optimizer_states: bf16 master weights, gradients "
+                                "rounded to bf16, bf16 exp_avg / exp_avg_sq, the update in f32"
+                              : "bf16_master_weights_and_grads: bf16 master weights, gradients rounded to bf16, fp32 "
+                                "exp_avg / exp_avg_sq")
+                       : "16-bit weights are rounded copies of the fp32 master",
+                   gpu ? "matrix products take 16-bit operands on tensor cores, other arithmetic in f32"
+                       : "CPU arithmetic in f32");
   }
   Engine engine(model, cfg, comm, cfg.train.steps);
   std::unique_ptr<DataSource> data, eval_data;  // `zerorun eval` reads no training data
@@ -288,7 +293,9 @@ int run_training(const TrainOptions& o, Communicator& comm) {
                 {"grad_norm", st.grad_norm},
                 {"loss_scale", st.loss_scale},
                 {"skipped", st.skipped},
-                {"seconds", st.seconds}};
+                {"seconds", st.seconds},
+                {"optimizer_seconds", st.optimizer_seconds}};
+      if (cfg.zero.offload_optimizer.device == "nvme") j["nvme_wait_seconds"] = st.nvme_wait_seconds;
       metrics << j.dump() << "\n" << std::flush;
     }
     if (lead && (st.step % cfg.steps_per_print == 0 || st.step == cfg.train.steps || st.step == 1)) {

@@ -73,7 +73,9 @@ Plan plan(const std::vector<ParamInput>& in, int world, int64_t align) {
 }
 
 StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, bool gpu, bool offload_optimizer,
-                                    bool offload_param, double f32_read) {
+                                    bool offload_param, double f32_read, bool bf16_master, bool bf16_states) {
+  ZR_CHECK(!bf16_master || (mixed && !gpu), "bf16 master weights are estimated for bf16 runs on CPU ranks only");
+  ZR_CHECK(!bf16_states || bf16_master, "bf16 optimizer states need bf16 master weights");
   ZR_CHECK(stage >= 0 && stage <= 3, "ZeRO stage must be 0..3, got ", stage);
   ZR_CHECK(world >= 1, "world size must be >= 1, got ", world);
   const bool off = gpu && offload_optimizer && stage >= 1;
@@ -88,8 +90,8 @@ StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, 
   const double compute16 = gpu && mixed && stage < 3 ? 2 * P : 0;
   const double grads = stage < 2 ? 4 * P : 4 * P / W;
   const double host_grad = off ? 4 * P / W : 0;
-  const double master = mixed || off ? (stage == 0 ? 4 * P : 4 * P / W) : 0;
-  const double moments = stage == 0 ? 8 * P : 8 * P / W;
+  const double master = (mixed && !bf16_master) || off ? (stage == 0 ? 4 * P : 4 * P / W) : 0;
+  const double moments = (bf16_states ? 4 : 8) * (stage == 0 ? P : P / W);
   e.params = compute + compute16;
   e.grads = grads + host_grad;
   e.optimizer = master + moments;

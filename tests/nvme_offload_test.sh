@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# offload_optimizer.device "nvme" on CPU ranks (issue 34 item 4): the optimizer's moments in a file under nvme_path
+# (a directory on this disk: O_DIRECT through io_uring, or buffered where the filesystem refuses O_DIRECT), streamed
+# in chunks of sub_group_size elements. vs the in-memory states: bitwise (losses and final weights) at ZeRO-2 and
+# ZeRO-3 on 1 and 2 ranks, with chunks that split buckets, a single buffer slot short of the default, bf16 states
+# and one request at a time (aio.overlap_events false, single_submit); checkpoints save and resume bitwise; the files
+# are gone afterwards; errors name nvme_path (missing, not a directory, full).
+set -u
+ZR=$(realpath "${1:?usage: nvme_offload_test.sh path/to/zerorun}")
+source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
+# A directory on disk (not tmpfs) beside the build when TMPDIR is tmpfs: NVME_DIR overrides.
+W=$(mktemp -d "${NVME_DIR:-${TMPDIR:-/tmp}}/zr_nvme.XXXXXX")
+trap 'rm -rf "$W"' EXIT
+cd "$W"
+mkdir disk
+"$ZR" init --arch gpt2 --vocab 128 --n_ctx 32 --n_embd 64 --n_layer 2 --n_head 4 --seed 9 -o pm.bin >/dev/null
+cfg() {  # file stage device extra-zero extra-top
+  echo "{\"train_batch_size\": 12, \"gradient_clipping\": 0.5 $5,
+  \"zero_optimization\": {\"stage\": $2, \"reduce_bucket_size\": 5000, \"stage3_param_persistence_threshold\": 200,
+    \"sub_group_size\": 3000, \"offload_optimizer\": {\"device\": \"$3\", \"nvme_path\": \"$W/disk\", \"buffer_count\": 3} $4},
+  \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 2e-3, \"weight_decay\": 0.1}}}" >"$1"
+}
+AIO=', "aio": {"block_size": 8192, "queue_depth": 4}'
+for stage in 2 3; do
+  cfg cpu$stage.json $stage cpu "" ""
+  cfg nvme$stage.json $stage nvme "" "$AIO"
+  for n in 1 2; do
+    "$ZR" --num_gpus $n --config cpu$stage.json pm.bin --steps 8 --micro_batch_size $((6 / n)) --log_dir c$stage$n \
+      --final_weights c$stage$n.st >c$stage$n.log 2>&1 || { bad "stage $stage, $n ranks: cpu run"; continue; }
+    "$ZR" --num_gpus $n --config nvme$stage.json pm.bin --steps 8 --micro_batch_size $((6 / n)) --log_dir n$stage$n \
+      --final_weights n$stage$n.st >n$stage$n.log 2>&1 || { bad "stage $stage, $n ranks: nvme run"; tail -3 n$stage$n.log; continue; }
+    if diff <(losses c$stage$n) <(losses n$stage$n) >/dev/null && [[ "$(wdiff n$stage$n.st c$stage$n.st)" == "0" ]]; then
+      ok "ZeRO-$stage, $n ranks: NVMe moments = in-memory moments, bitwise ($(grep -o 'O_DIRECT\|buffered' n$stage$n.log | head -1))"
+    else
+      bad "ZeRO-$stage, $n ranks: NVMe vs memory: weights $(wdiff n$stage$n.st c$stage$n.st)"
+    fi
+  done
+done
+# metrics.jsonl: the time each step waited on the disk; the memory line: the moments' bytes on NVMe.
+if [[ $(grep -c '"nvme_wait_seconds":[0-9.e-]*' n22/metrics.jsonl) == 8 ]] && grep -q 'moments on NVMe=0.842MiB' n21.log; then
+  ok "nvme_wait_seconds in metrics.jsonl, moments on NVMe in the memory line"
+else
+  bad "NVMe metrics / memory line"; head -1 n22/metrics.jsonl; grep -m1 'memory rank' n21.log
+fi
+# One request at a time, one submit each, bf16 master + moments (2-byte elements in the file).
+cfg s.json 2 nvme "" ', "aio": {"block_size": 4096, "queue_depth": 1, "single_submit": true, "overlap_events": false}'
+cfg b.json 2 nvme "" ', "bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true}'
+cfg bm.json 2 none "" ', "bf16": {"enabled": true, "bf16_master_weights_and_grads": true, "bf16_optimizer_states": true}'
+"$ZR" --config s.json pm.bin --steps 8 --micro_batch_size 6 --final_weights s.st >s.log 2>&1
+[[ "$(wdiff s.st c21.st)" == "0" ]] && ok "queue depth 1, single_submit, no overlap: bitwise" || bad "serial aio: $(wdiff s.st c21.st)"
+"$ZR" --config b.json pm.bin --steps 8 --micro_batch_size 6 --final_weights b.st >b.log 2>&1
+"$ZR" --config bm.json pm.bin --steps 8 --micro_batch_size 6 --final_weights bm.st >bm.log 2>&1
+[[ -s b.st && "$(wdiff b.st bm.st)" == "0" ]] && ok "bf16 states on NVMe = in memory, bitwise" || bad "bf16 NVMe: $(wdiff b.st bm.st)"
+# Checkpoints: 8 straight vs 4 + save + resume + 4, 2 ranks ZeRO-3 on NVMe; a NVMe checkpoint resumed in memory.
+run() { "$ZR" --num_gpus 2 --config nvme3.json pm.bin --micro_batch_size 3 "$@" >>resume.log 2>&1; }
+run --steps 4 --log_dir B --save_dir S
+run --steps 8 --log_dir B --save_dir S --resume latest --final_weights B.st
+[[ -s B.st && "$(wdiff B.st n32.st)" == "0" ]] && diff <(losses n32) <(losses B) >/dev/null &&
+  ok "NVMe run: save at 4 + resume = 8 straight, bitwise" || { bad "NVMe resume: $(wdiff B.st n32.st)"; tail -3 resume.log; }
+"$ZR" --num_gpus 2 --config cpu3.json pm.bin --micro_batch_size 3 --steps 8 --save_dir S --resume global_step4 \
+  --final_weights C.st >>resume.log 2>&1
+[[ -s C.st && "$(wdiff C.st c32.st)" == "0" ]] && ok "NVMe checkpoint resumed with in-memory states: bitwise" ||
+  bad "NVMe checkpoint -> memory: $(wdiff C.st c32.st)"
+# Files cleaned up after every run.
+[[ -z "$(ls -A disk)" ]] && ok "nvme_path left empty" || bad "files left under nvme_path: $(ls disk)"
+# Errors naming nvme_path: missing, a file, full (a 1 MiB filesystem is not available unprivileged: RLIMIT_FSIZE).
+sed "s|$W/disk|$W/absent|" nvme2.json >absent.json
+"$ZR" --config absent.json pm.bin --steps 1 --micro_batch_size 6 >e1.log 2>&1
+[[ $? -eq 1 ]] && grep -q "nvme_path '$W/absent'" e1.log && ok "missing nvme_path: exit 1 naming it" || { bad "missing nvme_path"; tail -2 e1.log; }
+touch afile && sed "s|$W/disk|$W/afile|" nvme2.json >file.json
+"$ZR" --config file.json pm.bin --steps 1 --micro_batch_size 6 >e2.log 2>&1
+[[ $? -eq 1 ]] && grep -q "nvme_path '$W/afile' is not a directory" e2.log && ok "nvme_path a file: named" || { bad "nvme_path a file"; tail -2 e2.log; }
+(trap "" XFSZ; ulimit -f 256; "$ZR" --config nvme2.json pm.bin --steps 1 --micro_batch_size 6 >e3.log 2>&1)
+grep -q "nvme_path '$W/disk'.*\(no room\|full\|too large\)" e3.log && ok "no room under nvme_path: named" || { bad "full nvme_path"; tail -2 e3.log; }
+[[ -z "$(ls -A disk)" ]] && ok "nvme_path empty after the errors" || bad "files left after errors: $(ls disk)"
+echo "nvme_offload: $pass passed, $fail failed"
+[[ $fail -eq 0 ]]
