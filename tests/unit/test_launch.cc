@@ -332,3 +332,94 @@ TEST_CASE("per-host threads: this host's cores / the ranks on this host", "[laun
   CHECK(host_threads(M{{"ZERORUN_LOCAL_RANKS", "8"}}, 16) == 2);
   CHECK(host_threads(M{{"OMPI_COMM_WORLD_LOCAL_SIZE", "junk"}}, 16) == 16);
 }
+
+// ---- the launcher's root-cause report (FailureReport, rank_status lines) ----
+#include "zerorun/rank_status.h"
+
+TEST_CASE("rank status lines parse, and describe the rank's state", "[launch][report]") {
+  namespace rs = zerorun::rank_status;
+  rs::Report r;
+  REQUIRE(
+      rs::parse("ZERORUN_RANK_STATUS rank=3 world=4 host=node-b pid=77 event=watchdog code=1 step=12 "
+                "op=all_gather seq=311 active=1 for_ms=10012 msg=zerorun: watchdog: a = b stuck",
+                &r));
+  CHECK(r.rank == 3);
+  CHECK(r.world == 4);
+  CHECK(r.host == "node-b");
+  CHECK(r.pid == 77);
+  CHECK(r.event == "watchdog");
+  CHECK(r.code == 1);
+  CHECK(r.msg == "zerorun: watchdog: a = b stuck");  // msg is the rest of the line, '=' and all
+  CHECK(rs::describe_state(r) == "step 12, in all_gather #311 for 10.0 s");
+  r.active = false;
+  CHECK(rs::describe_state(r) == "step 12, last collective all_gather #311 (completed)");
+  CHECK_FALSE(rs::parse("zerorun: error: ZERORUN_RANK_STATUS rank=1 event=error", &r));  // only at the start
+  CHECK_FALSE(rs::parse("ZERORUN_RANK_STATUS world=2 msg=x", &r));                       // no rank/event
+}
+
+TEST_CASE("FailureReport: first failing rank, held-back lines, exit code", "[launch][report]") {
+  FailureReport f({"hA", "hA", "hB"}, "mpirun");
+  CHECK(f.line("[zerorun] step 1/10 | loss 4.1"));  // ordinary lines pass through
+  CHECK_FALSE(f.failed());
+  // A teardown signal is not a failure; an error is, and the first one is the root cause.
+  CHECK_FALSE(
+      f.line("ZERORUN_RANK_STATUS rank=0 world=3 host=a pid=1 event=signal code=143 step=4 op=all_reduce "
+             "seq=9 active=1 for_ms=50 msg=stopped by SIGTERM"));
+  CHECK_FALSE(f.failed());
+  CHECK_FALSE(
+      f.line("ZERORUN_RANK_STATUS rank=2 world=3 host=b pid=3 event=error code=1 step=4 op=all_reduce seq=8 "
+             "active=0 msg=zerorun: error: bad shard"));
+  CHECK(f.failed());
+  CHECK_FALSE(f.line("ZERORUN_RANK_STATUS rank=1 world=3 host=a pid=2 event=watchdog code=1 step=4 msg=later"));
+  CHECK(f.exit_code(255) == 1);
+  const std::string out = f.render(255);
+  CHECK(out.find("rank 2 on host hB (b) (pid 3): exited with code 1 (error)") != std::string::npos);
+  CHECK(out.find("error: zerorun: error: bad shard") != std::string::npos);
+  CHECK(out.find("rank 0 on host hA (a): stopped by signal 15 at step 4, in all_reduce #9") != std::string::npos);
+  CHECK(out.find("rank 1 on host hA (a): collective timed out (watchdog)") != std::string::npos);
+  CHECK(out.find("exit code 1 (rank 2's); the launcher's was 255") != std::string::npos);
+}
+
+TEST_CASE("FailureReport: OpenMPI's messages for ranks that said nothing", "[launch][report]") {
+  FailureReport f({"hA", "hB"});
+  CHECK(f.line("mpirun noticed that process rank 1 with PID 4242 on node hB exited on signal 9 (Killed)."));
+  CHECK(f.failed());
+  CHECK(f.exit_code(137) == 137);
+  CHECK(f.render(137).find("rank 1 on host hB (pid 4242): exited on signal 9") != std::string::npos);
+  CHECK(f.render(137).find("rank 0 on host hA: no report") != std::string::npos);
+
+  FailureReport e({"hA", "hB"});
+  CHECK(e.line("  Process name: [[47307,1],1]"));
+  CHECK(e.line("  Exit code:    3"));
+  CHECK(e.exit_code(1) == 3);
+
+  FailureReport d({"hA", "hB"}, "mpiexec");
+  CHECK(d.line("ORTE was unable to reliably start one or more daemons."));
+  CHECK(d.failed());
+  CHECK(d.render(255).find("mpiexec lost (or could not start) a remote host's daemon; no word from rank 0 on host "
+                           "hA, 1 on host hB") != std::string::npos);
+  CHECK(d.exit_code(255) == 255);
+}
+
+TEST_CASE("Child: captured lines reach the filter in order; leftovers are ended", "[launch][platform]") {
+  using zerorun::platform::Child;
+  std::vector<std::string> seen;
+  {
+    Child c({"sh", "-c", "echo one; echo two >&2; echo three; printf ZERORUN_RANK"}, "", true, "ZERORUN_RANK_STATUS ");
+    c.set_line_filter([&](int stream, const std::string& line) {
+      seen.push_back(std::to_string(stream) + ":" + line);
+      return false;  // held back: nothing reaches the test's output
+    });
+    CHECK(c.wait([](int) {}) == 0);
+  }
+  std::vector<std::string> out1, out2;
+  for (auto& s : seen) (s[0] == '1' ? out1 : out2).push_back(s);
+  // The last, unterminated line starts like the held-back lines: kept until the end, then given to the filter.
+  CHECK(out1 == std::vector<std::string>{"1:one", "1:three", "1:ZERORUN_RANK"});
+  CHECK(out2 == std::vector<std::string>{"2:two"});
+  // A process the child leaves behind (reparented here: this process is a subreaper) is found and ended.
+  Child c({"sh", "-c", "sleep 60 >/dev/null 2>&1 & exit 0"}, "", true);
+  CHECK(c.wait([](int) {}) == 0);
+  CHECK(c.end_leftovers(1.0) == 1);
+  CHECK(c.end_leftovers(1.0) == 0);
+}
