@@ -46,17 +46,16 @@ struct Deterministic {
   Deterministic& operator=(const Deterministic&) = delete;
 };
 
-// Positions [B, T] of documents packed into rows: docs[b] lists row b's document lengths (the last one runs to T;
-// a first length given as -n continues a document whose positions start at n).
+// Positions [B, T] of documents packed into rows: docs[b] lists row b's document lengths (the last one runs to T);
+// a first entry -n says the row's first document continues one from before (its positions start at n).
 std::vector<int32_t> doc_positions(int64_t T, const std::vector<std::vector<int64_t>>& docs) {
   std::vector<int32_t> pos;
   for (const auto& row : docs) {
-    int64_t t = 0, p = 0;
-    for (size_t i = 0; t < T; ++i) {
-      int64_t len = i < row.size() ? row[i] : T;
-      p = 0;
-      if (len < 0) p = -len, len = T;
-      for (int64_t k = 0; k < len && t < T; ++k, ++t) pos.push_back(static_cast<int32_t>(p + k));
+    const bool cont = !row.empty() && row[0] < 0;
+    int64_t t = 0;
+    for (size_t i = cont ? 1 : 0; t < T; ++i) {
+      const int64_t len = i < row.size() ? row[i] : T, p0 = cont && i == 1 ? -row[0] : 0;
+      for (int64_t k = 0; k < len && t < T; ++k, ++t) pos.push_back(static_cast<int32_t>(p0 + k));
     }
   }
   return pos;
