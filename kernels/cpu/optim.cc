@@ -76,7 +76,7 @@ ZR_INLINE void adam_loop(float* __restrict p, const float* __restrict g, S* __re
 // more instructions an element than the out-of-order window hides memory latency behind.
 template <bool kL2, bool kDecay, bool kPg, class S>
 ZR_INLINE void adam_blocks(float* p, const float* g, S* m, S* v, int64_t n, const AdamCoeffs& c) {
-  constexpr int64_t kBlock = 1024, kAhead = 4;
+  constexpr int64_t kBlock = 1024, kAhead = 16;
   for (int64_t b = 0; b < n; b += kBlock) {
     const int64_t pf = b + kAhead * kBlock;
     if (pf < n) {
