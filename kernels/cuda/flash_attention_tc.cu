@@ -1265,7 +1265,7 @@ const char* fwd_name(int D, int cfg) {
 }
 
 // The one-kernel backward's variants the probe sweeps; 0 trains.
-constexpr int kBwdCfgs64 = 8, kBwdCfgs256 = 2, kBwdCfgsN = 3, kBwdCfgs128 = 5;
+constexpr int kBwdCfgs64 = 8, kBwdCfgs256 = 2, kBwdCfgsN = 3, kBwdCfgs128 = 6;
 // A one-kernel backward: blocks of KEYS keys (a (key blocks, K, B) grid) and WARPS warps, SMEM bytes of shared memory.
 template <auto Kernel, int KEYS, size_t SMEM, int WARPS = kWarps>
 void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
@@ -1294,33 +1294,34 @@ auto* bwd_pick(bool opt, bool sp) {
 
 // The two kernels at head size HS (dK, dV per key block; dQ per query block): atomic-free, or (dkv_acc, p.split > 1)
 // the key-block kernel split over the query heads of each key/value head, adding dK, dV with atomics.
-template <bool BF, int HS, int MBKV, int MBQ, int NB, bool QF, bool OPT, bool SP>
+// KW: the key-block kernel's key warps (8: 128-key blocks).
+template <bool BF, int HS, int MBKV, int MBQ, int NB, bool QF, bool OPT, bool SP, int KW>
 void bwd_two_go(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
                 uint16_t* dqkv16, float* dkv_acc, int B, const TcDims& p, bool acc) {
   constexpr int CS = HS == 256 ? 2 : 1;  // (see k_bwd_kv)
-  constexpr size_t kv = kv_smem<HS, false, NB>(), q = kQSmem<HS>;
-  static bool once = (opt_in_smem(k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS, SP>, kv),
+  constexpr size_t kv = kv_smem<HS, false, NB, KW>(), q = kQSmem<HS>;
+  static bool once = (opt_in_smem(k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS, SP, KW>, kv),
                       opt_in_smem(k_bwd_q<BF, HS, QF, MBQ, OPT>, q), true);
   (void)once;
-  const int nt = (p.T + BR - 1) / BR;
-  k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS, SP>
-      <<<dim3(nt, p.K * p.split, B), 32 * kWarps * CS, kv, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16,
-                                                                             nullptr, dkv_acc, p, acc);
+  const int nt = (p.T + BR - 1) / BR, nkb = (p.T + 16 * KW - 1) / (16 * KW);
+  k_bwd_kv<BF, HS, false, MBKV, true, false, NB, OPT, CS, SP, KW>
+      <<<dim3(nkb, p.K * p.split, B), 32 * KW * CS, kv, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16, nullptr,
+                                                                          dkv_acc, p, acc);
   ZR_CUDA(cudaGetLastError());
   k_bwd_q<BF, HS, QF, MBQ, OPT>
       <<<dim3(nt, p.H, B), 32 * kWarps, q, cuda::stream()>>>(qkv, dout, lse, delta, dqkv, dqkv16, p, acc);
   ZR_CUDA(cudaGetLastError());
 }
-template <bool BF, int HS>
+template <bool BF, int HS, int KW = kWarps>
 void bwd_two(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
              uint16_t* dqkv16, float* dkv_acc, int B, const TcDims& p, bool acc) {
   constexpr int MBKV = HS == 64 ? 3 : 1, MBQ = HS == 64 ? 3 : HS == 256 ? 1 : 2, NB = HS == 256 ? 1 : 2;
   constexpr bool QF = HS <= 96;
   const bool opt = needs_opt(p), sp = p.split > 1;
-  auto* go = opt ? (sp ? bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true, true>
-                       : bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true, false>)
-                 : (sp ? bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false, true>
-                       : bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false, false>);
+  auto* go = opt ? (sp ? bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true, true, KW>
+                       : bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, true, false, KW>)
+                 : (sp ? bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false, true, KW>
+                       : bwd_two_go<BF, HS, MBKV, MBQ, NB, QF, false, false, KW>);
   go(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
 }
 
@@ -1397,7 +1398,7 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
       // columns split over two warps (no spills). Head size 128: variants 1 and 2 (variant 0 is the two kernels);
       // variant 2: one Q / dO buffer (87 KB of shared memory: two blocks an SM, where two buffers allow one).
       // 128-key blocks of 8 warps (every Q / dO tile and dQ atomic serves 128 keys): variant 2 at head sizes 80, 96
-      // (two buffers), 3 (two) and 4 (one) at 128.
+      // (two buffers), 3 (two) and 4 (one) at 128; variant 5 at 128: the two kernels with 128-key blocks of 8 warps.
       constexpr int MB = HS >= 128 ? 1 : 2, NB = HS == 256 ? 1 : 2, CS = HS == 256 ? 2 : 1;
       const bool sp = p.split > 1;
       auto* run = bwd_pick<BF, HS, MB, NB, CS, kWarps>(opt, sp);
@@ -1410,6 +1411,8 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
       }
       if (cfg == 1 && HS != 128) {  // the two kernels (dK, dV by atomics where split)
         bwd_two<BF, HS>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
+      } else if (HS == 128 && cfg == 5) {  // the two kernels, 128-key blocks of 8 warps in the key-block one
+        bwd_two<BF, HS, HS == 128 ? 8 : kWarps>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
       } else {
         run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, B, p, acc);
         const unsigned og = (unsigned)std::min<int64_t>((rows * (HS / 8) + 255) / 256, 1 << 16);
