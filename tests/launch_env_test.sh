@@ -31,7 +31,7 @@ launcher=${cmd%% $ZR train*}
 if [[ $rc -eq 0 && "$launcher" != "$cmd" ]]; then ok "dry run: $launcher"; else bad "dry run rc=$rc: $cmd"; fi
 for attempt in 1 2 3; do
   rm -f env.*
-  eval "$launcher"' sh -c '"'"'env >$PWD/env.$OMPI_COMM_WORLD_RANK'"'" >dump.out 2>&1 && break
+  eval "timeout 60 $launcher"' sh -c '"'"'env >$PWD/env.$OMPI_COMM_WORLD_RANK'"'" >dump.out 2>&1 && break
 done
 if [[ -s env.0 && -s env.1 && -s env.2 ]]; then ok "3 ranks on 2 hosts started (attempt $attempt)"; else
   bad "ranks did not start"; tail -5 dump.out; fi

@@ -104,7 +104,9 @@ int supervise(const std::vector<std::string>& argv, const std::string& save_dir,
               const std::vector<std::string>& rank_hosts = {});
 
 // The root-cause report of a failed multi-rank job, in the style of torchrun's, from the lines the launcher's
-// output carried: the ranks' status lines (rank_status.h; held back from the terminal) and, for ranks that died
+// output carried. The root cause is the first failure heard of, except that a collective's timeout, a failed MPI call
+// or a lost launcher process (what a peer's death does to the others) yields to a later death or error of a rank's
+// own. From the ranks' status lines (rank_status.h; held back from the terminal) and, for ranks that died
 // without a word, OpenMPI's own messages ("process rank N with PID P on node H exited on signal S", the first
 // non-zero exit's "Process name / Exit code", a lost remote daemon's node).
 class FailureReport {
@@ -134,6 +136,7 @@ class FailureReport {
   bool daemon_lost_ = false;
   std::vector<Rank> ranks_;  // by rank
   int first_ = -1, world_ = -1, pending_exit_rank_ = -1;
+  bool first_consequence_ = false;
   std::vector<std::string> lost_hosts_;
 };
 

@@ -66,7 +66,14 @@ FailureReport::Rank& FailureReport::at(int rank) {
 
 void FailureReport::fail(Rank& r) {
   r.failed = true;
-  if (first_ < 0) first_ = r.rank;
+  // A watchdog's timeout, a failed MPI call or a lost launcher process is usually what a peer's death does to a rank:
+  // it is the root cause only until a rank's own death or error is heard of.
+  const bool consequence = r.event == "watchdog" || r.event == "launcher_gone" ||
+                           (r.event == "error" && r.msg.find("zerorun: error: MPI ") != std::string::npos);
+  if (first_ < 0 || (first_consequence_ && !consequence)) {
+    first_ = r.rank;
+    first_consequence_ = consequence;
+  }
 }
 
 bool FailureReport::line(const std::string& text) {
@@ -152,7 +159,7 @@ std::string FailureReport::render(int launcher_code) const {
   int world = std::max<int>({world_, static_cast<int>(rank_hosts_.size()), static_cast<int>(ranks_.size())});
   if (first_ >= 0) {
     const Rank& f = ranks_[first_];
-    o += "zerorun: job failed; root cause (the first failure the launcher heard of):\n";
+    o += "zerorun: job failed; root cause:\n";
     o += "zerorun:   rank " + std::to_string(f.rank) + " on host " + host_of(f) +
          (f.pid > 0 ? " (pid " + std::to_string(f.pid) + ")" : "") + ": " + what(f) + " [" + f.source + "]\n";
     if (!f.msg.empty()) o += "zerorun:   error: " + f.msg + "\n";

@@ -380,6 +380,24 @@ TEST_CASE("FailureReport: first failing rank, held-back lines, exit code", "[lau
   CHECK(out.find("exit code 1 (rank 2's); the launcher's was 255") != std::string::npos);
 }
 
+TEST_CASE("FailureReport: a peer's timeout or MPI error yields to a rank's own death", "[launch][report]") {
+  FailureReport f({"hA", "hB"});
+  CHECK_FALSE(
+      f.line("ZERORUN_RANK_STATUS rank=0 world=2 host=a pid=1 event=error code=1 step=4 msg=zerorun: error: "
+             "MPI all_reduce failed: MPI_ERR_OTHER"));
+  CHECK(f.failed());
+  CHECK(f.exit_code(1) == 1);
+  CHECK(f.line("mpirun noticed that process rank 1 with PID 9 on node hB exited on signal 9 (Killed)."));
+  CHECK(f.exit_code(1) == 137);  // rank 1's death is the root cause
+  CHECK(f.render(1).find("root cause:\nzerorun:   rank 1 on host hB (pid 9): exited on signal 9") != std::string::npos);
+  // A watchdog alone stays the root cause; a later consequence does not replace an earlier one.
+  FailureReport w({"hA", "hB"});
+  CHECK_FALSE(w.line("ZERORUN_RANK_STATUS rank=1 world=2 host=b pid=2 event=watchdog code=1 step=4 msg=timed out"));
+  CHECK_FALSE(w.line("ZERORUN_RANK_STATUS rank=0 world=2 host=a pid=1 event=watchdog code=1 step=4 msg=timed out"));
+  CHECK(w.render(1).find("root cause:\nzerorun:   rank 1 on host hB (b) (pid 2): collective timed out") !=
+        std::string::npos);
+}
+
 TEST_CASE("FailureReport: OpenMPI's messages for ranks that said nothing", "[launch][report]") {
   FailureReport f({"hA", "hB"});
   CHECK(f.line("mpirun noticed that process rank 1 with PID 4242 on node hB exited on signal 9 (Killed)."));
