@@ -11,7 +11,7 @@
 
 using namespace zerorun;
 
-TEST_CASE("--launcher msmpi: mpiexec -n, -hosts N host n ..., -env NAME VALUE", "[launch][msmpi]") {
+TEST_CASE("launcher msmpi: mpiexec -n, -hosts N host n ..., -env NAME VALUE", "[launch][msmpi]") {
   launch::LaunchRequest r;
   r.hosts = launch::parse_hostfile("worker-0 slots=2\nworker-1 slots=3\n", "hf");
   r.launcher = "msmpi";
