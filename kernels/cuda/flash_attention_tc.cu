@@ -23,9 +23,11 @@
 // re-read from shared memory). Blocks take every head's longest tile first
 // (the causal tail wave then holds the short ones). The backward runs as
 // FlashAttention-2's five products in one kernel per block of keys (head size
-// 64: 128 keys, 32 a warp; larger: 64 keys, 16 a warp; dK, dV in registers, dQ
-// added into an f32 accumulator with atomics, once per query tile and key
-// block); the atomic-free alternative (ZERORUN_ATTN_ATOMICS=0) is one kernel
+// 64: 128 keys, 32 a warp; 96 and 128: 128 keys, 16 a warp, 8 warps; 80 and
+// 256: 64 keys, 16 a warp; dK, dV in registers, dQ added into an f32
+// accumulator with atomics, once per query tile and key block; grouped-query
+// heads split the key-block work over their query heads, dK and dV then added
+// with atomics too); the atomic-free alternative (ZERORUN_ATTN_ATOMICS=0) is one kernel
 // per key block and one per query block, seven products, the same bits every
 // run.
 #include <cuda_bf16.h>
@@ -1209,7 +1211,7 @@ void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, flo
         return c0 ? fwd_run<BF, 128, 2, 4, 64, false, 1, true, true>(qkv, out, out16, lse, B, p)
                   : fwd_run<BF, 128, 1, 4, 64, true, 0, true, true>(qkv, out, out16, lse, B, p);
       case 256:
-        return c0 ? fwd_run<BF, 256, 1, 4, 32, false, 1, true, true>(qkv, out, out16, lse, B, p)
+        return c0 ? fwd_run<BF, 256, 1, 4, 32, true, 1, true, true>(qkv, out, out16, lse, B, p)
                   : fwd_run<BF, 256, 1, 4, 64, false, 1, true, true>(qkv, out, out16, lse, B, p);
       default:
         break;
@@ -1229,7 +1231,7 @@ void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, flo
                   : fwd_run<BF, 128, 2, 4, 32, false, 2, true>(qkv, out, out16, lse, B, p);
       case 256:
         return c2 ? fwd_run<BF, 256, 1, 8, 32, false, 1, true>(qkv, out, out16, lse, B, p)
-                  : fwd_run<BF, 256, 1, 4, 32, true, 1, true>(qkv, out, out16, lse, B, p);
+                  : fwd_run<BF, 256, 1, 4, 32, false, 1, true>(qkv, out, out16, lse, B, p);
       default:
         break;
     }
@@ -1252,10 +1254,10 @@ const char* fwd_name(int D, int cfg) {
                                         "16 rows/warp, 4 warps, 64 keys, 4 blocks/SM regs, longest first"};
   if (D == 64) return cfg >= 0 && cfg < kFwdCfgs64 ? n64[cfg] : "?";
   if (D == 256)
-    return cfg == 0   ? "16 rows/warp, 4 warps, 32 keys, Q from smem, longest first"
+    return cfg == 0   ? "16 rows/warp, 4 warps, 32 keys, Q in registers, longest first"
            : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
            : cfg == 2 ? "16 rows/warp, 8 warps, 32 keys, Q from smem, longest first"
-           : cfg == 3 ? "16 rows/warp, 4 warps, 32 keys, Q in registers, longest first"
+           : cfg == 3 ? "16 rows/warp, 4 warps, 32 keys, Q from smem, longest first"
                       : "?";
   return cfg == 0   ? "32 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
          : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q in registers, longest first"
@@ -1265,7 +1267,7 @@ const char* fwd_name(int D, int cfg) {
 }
 
 // The one-kernel backward's variants the probe sweeps; 0 trains.
-constexpr int kBwdCfgs64 = 8, kBwdCfgs256 = 2, kBwdCfgsN = 3, kBwdCfgs128 = 6;
+constexpr int kBwdCfgs64 = 8, kBwdCfgsN = 2, kBwdCfgs96 = 3, kBwdCfgs128 = 6;
 // A one-kernel backward: blocks of KEYS keys (a (key blocks, K, B) grid) and WARPS warps, SMEM bytes of shared memory.
 template <auto Kernel, int KEYS, size_t SMEM, int WARPS = kWarps>
 void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
@@ -1342,7 +1344,7 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
     ZR_CUDA(cudaMemsetAsync(dkv_acc, 0, sizeof(float) * (size_t)(2 * kv_rows * HS), cuda::stream()));
   }
   // Head size 128: the two kernels beat the one-kernel backward (1 block an SM for its shared memory): variant 0.
-  const bool two = !dq_acc || (HS == 128 && cfg == 0);
+  const bool two = !dq_acc;
   if (!two) ZR_CUDA(cudaMemsetAsync(dq_acc, 0, sizeof(float) * (size_t)rows * HS, cuda::stream()));
   const unsigned dg = (unsigned)std::min<int64_t>((rows + 31) / 32, 1 << 16);  // 32 (row, head) pairs per block
   if (out16)
@@ -1391,27 +1393,32 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
       }
       run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, B, p, acc);
     } else {
-      constexpr int NCFG = HS == 128 ? kBwdCfgs128 : HS == 256 ? kBwdCfgs256 : kBwdCfgsN;
+      constexpr int NCFG = HS == 128 ? kBwdCfgs128 : HS == 96 ? kBwdCfgs96 : kBwdCfgsN;
       ZR_CHECK(cfg >= 0 && cfg < NCFG, "attention backward variant ", cfg, " does not exist at head size ", HS, " (0..",
                NCFG - 1, ")");
-      // 16 keys a warp (64 a block), longest first; head size 256: one Q / dO buffer (shared memory) and dK, dV's
-      // columns split over two warps (no spills). Head size 128: variants 1 and 2 (variant 0 is the two kernels);
-      // variant 2: one Q / dO buffer (87 KB of shared memory: two blocks an SM, where two buffers allow one).
-      // 128-key blocks of 8 warps (every Q / dO tile and dQ atomic serves 128 keys): variant 2 at head sizes 80, 96
-      // (two buffers), 3 (two) and 4 (one) at 128; variant 5 at 128: the two kernels with 128-key blocks of 8 warps.
+      // Longest first. 64-key blocks (16 keys a warp); head size 256: one Q / dO buffer (shared memory) and dK, dV's
+      // columns split over two warps (no spills). 128-key blocks of 8 warps (every Q / dO tile and dQ atomic serves
+      // 128 keys; dQ's columns over two warps, so not at 80, whose halves are not whole 16-column chunks).
+      // H100 (B 4, H 16, T 2048, session 20): 80: 0 = 64-key blocks 0.719 ms, 1 = the two kernels 0.820. 96: 0 =
+      // 128-key blocks 0.790, 1 = the two kernels 0.937, 2 = 64-key blocks 0.824. 128: 0 = 128-key blocks, one
+      // Q / dO buffer 0.991, 1 = 64-key blocks 1.484, 2 = 64-key blocks, one buffer (two blocks an SM) 1.035, 3 =
+      // 128-key blocks 1.013, 4 = the two kernels 1.172, 5 = the two kernels with 128-key blocks 1.201. 256: 0 =
+      // 2.808, 1 = the two kernels 3.105.
       constexpr int MB = HS >= 128 ? 1 : 2, NB = HS == 256 ? 1 : 2, CS = HS == 256 ? 2 : 1;
       const bool sp = p.split > 1;
       auto* run = bwd_pick<BF, HS, MB, NB, CS, kWarps>(opt, sp);
-      if constexpr (HS == 128) {
+      bool pair = cfg == 1, pair8 = false;  // the two kernels (dK, dV by atomics where split)
+      if constexpr (HS == 96) {
+        if (cfg == 0) run = bwd_pick<BF, HS, 1, 2, 1, 8>(opt, sp);
+      } else if constexpr (HS == 128) {
+        if (cfg == 0) run = bwd_pick<BF, HS, 1, 1, 1, 8>(opt, sp);
         if (cfg == 2) run = bwd_pick<BF, HS, MB, 1, CS, kWarps>(opt, sp);
         if (cfg == 3) run = bwd_pick<BF, HS, 1, 2, 1, 8>(opt, sp);
-        if (cfg == 4) run = bwd_pick<BF, HS, 1, 1, 1, 8>(opt, sp);
-      } else if constexpr (HS != 256) {
-        if (cfg == 2) run = bwd_pick<BF, HS, 1, 2, 1, 8>(opt, sp);
+        pair = cfg == 4, pair8 = cfg == 5;
       }
-      if (cfg == 1 && HS != 128) {  // the two kernels (dK, dV by atomics where split)
+      if (pair) {
         bwd_two<BF, HS>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
-      } else if (HS == 128 && cfg == 5) {  // the two kernels, 128-key blocks of 8 warps in the key-block one
+      } else if (pair8) {
         bwd_two<BF, HS, HS == 128 ? 8 : kWarps>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
       } else {
         run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, B, p, acc);
@@ -1464,7 +1471,7 @@ bool tc_supported(const AttnDims& d) {
 const char* tc_head_sizes() { return "64, 80, 96, 128, 256"; }
 int tc_forward_configs(int64_t head_size) { return head_size == 64 ? kFwdCfgs64 : kFwdCfgsN; }
 int tc_backward_configs(int64_t head_size) {
-  return head_size == 64 ? kBwdCfgs64 : head_size == 128 ? kBwdCfgs128 : head_size == 256 ? kBwdCfgs256 : kBwdCfgsN;
+  return head_size == 64 ? kBwdCfgs64 : head_size == 128 ? kBwdCfgs128 : head_size == 96 ? kBwdCfgs96 : kBwdCfgsN;
 }
 const char* tc_forward_config_name(int64_t head_size, int cfg) { return fwd_name((int)head_size, cfg); }
 
