@@ -177,8 +177,9 @@ TEST_CASE(
     "tensor-core attention backward: every variant and the grouped-query split (dK, dV by atomics) equal the "
     "atomic-free kernels",
     "[cuda][attention]") {
-  // Every one-kernel variant of head sizes 80..256 (dQ by atomics; at 128 variant 0 is the two kernels), and variant
-  // 0 with flash::tc_backward's gqa_split (ZERORUN_ATTN_GQA_SPLIT=1), plain and windowed + capped, each gradient
+  // Every backward variant of head sizes 80..256 (dQ by atomics, or the pair), and variant 0 with
+  // flash::tc_backward's gqa_split (the backend's default), plain and windowed + capped (variant 0: 128-key blocks
+  // at 96 and 128, with and without the split), each gradient
   // form (16-bit written, f32 written, f32 added into `start`), against the two atomic-free kernels: the sums of dQ
   // (and of dK, dV when split) run in another order.
   Rng r(44);
