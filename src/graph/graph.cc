@@ -56,6 +56,9 @@ Graph Graph::from_json(const json& j) {
       ZR_CHECK(ij["optional"].is_boolean(), "input '", in.name, "' 'optional' must be true or false");
       in.optional = ij["optional"].get<bool>();
     }
+    // Data sources give "positions" only for packed documents (graph.h): a graph must not need it.
+    ZR_CHECK(in.name != "positions" || in.optional,
+             "input 'positions' must be optional (\"optional\": true): only packed documents give it");
     g.inputs.push_back(in);
   }
   g.blocks = str_list(j["blocks"], "graph 'blocks'");
