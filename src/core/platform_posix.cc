@@ -414,7 +414,10 @@ int Child::wait_step(int* event) {
     while (::read(impl_->sigfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
       if (si.ssi_signo != SIGCHLD && !*event) *event = static_cast<int>(si.ssi_signo);
   }
-  if (::waitpid(impl_->pid, &status, WNOHANG) == impl_->pid) {
+  // Reaps the child and any orphan of its tree that ended meanwhile (they are this subreaper's children now).
+  bool ended = false;
+  for (pid_t p; !ended && (p = ::waitpid(-1, &status, WNOHANG)) > 0;) ended = p == impl_->pid;
+  if (ended) {
     // What the child wrote last: read until its pipes end (closed by every process holding them, e.g. a rank
     // mpirun left behind), for at most 2 s.
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
