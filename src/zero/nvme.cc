@@ -108,6 +108,7 @@ NvmeStates::Slot& NvmeStates::victim(const Slot* keep) {  // least recently used
 
 void NvmeStates::complete(bool block) {
   io_uring_cqe* cqe = nullptr;
+  if (block) io_uring_submit(&ring_->ring);  // requests prepared but not yet submitted (batched) first
   const auto t0 = std::chrono::steady_clock::now();
   const int e = block ? io_uring_wait_cqe(&ring_->ring, &cqe) : io_uring_peek_cqe(&ring_->ring, &cqe);
   if (block) wait_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
