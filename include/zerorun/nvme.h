@@ -3,6 +3,7 @@
 // layer 6: a placement of ShardedState's buffers). A chunk cache of buffer_count slots lets the optimizer update one
 // chunk while the next is read and the previous written.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
