@@ -54,7 +54,7 @@ ZR_INLINE float bf16_round(float f) { return from_bf16(to_bf16(f)); }
 // weights and gradients with f32 moments.
 template <bool kL2, bool kDecay, bool kPg, class S>
 ZR_INLINE void adam_loop(float* __restrict p, const float* __restrict g, S* __restrict m, S* __restrict v, int64_t n,
-                      const AdamCoeffs& c) {
+                         const AdamCoeffs& c) {
   constexpr bool kBf16 = std::is_same_v<S, uint16_t>;
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) {
@@ -81,10 +81,9 @@ ZR_INLINE void adam_blocks(float* p, const float* g, S* m, S* v, int64_t n, cons
     const int64_t pf = b + kAhead * kBlock;
     if (pf < n) {
       const int64_t end = std::min(n, pf + kBlock);
-      for (int64_t i = pf; i < end; i += 16) {
-        __builtin_prefetch(p + i, 1), __builtin_prefetch(g + i, 0);
-        if (sizeof(S) == 4 || ((i - pf) & 31) == 0) __builtin_prefetch(m + i, 1), __builtin_prefetch(v + i, 1);
-      }
+      for (int64_t i = pf; i < end; i += 16) __builtin_prefetch(p + i, 1), __builtin_prefetch(g + i, 0);
+      constexpr int64_t kLine = 64 / sizeof(S);  // elements a cache line of the moments
+      for (int64_t i = pf; i < end; i += kLine) __builtin_prefetch(m + i, 1), __builtin_prefetch(v + i, 1);
     }
     adam_loop<kL2, kDecay, kPg>(p + b, g + b, m + b, v + b, std::min(kBlock, n - b), c);
   }
