@@ -118,6 +118,9 @@ class FailureReport {
   // Whether a rank failed (an error, a watchdog, its launcher gone, a death by signal, a non-zero exit) or mpirun
   // lost a remote daemon; signals from the job's own teardown (SIGTERM) and graceful stops do not count.
   bool failed() const { return first_ >= 0 || daemon_lost_; }
+  // A graceful stop was asked of every rank: a rank's exit with `code` (their graceful-stop exit code) is then the
+  // stop, not a failure.
+  void stopping(int code) { stop_code_ = code; }
   // The report (several lines, each starting "zerorun: "), given the launcher's exit code.
   std::string render(int launcher_code) const;
   // The first failing rank's exit code (128 + signal for a signal), else launcher_code.
@@ -135,7 +138,7 @@ class FailureReport {
   std::string argv0_;
   bool daemon_lost_ = false;
   std::vector<Rank> ranks_;  // by rank
-  int first_ = -1, world_ = -1, pending_exit_rank_ = -1;
+  int first_ = -1, world_ = -1, pending_exit_rank_ = -1, stop_code_ = -1;
   bool first_consequence_ = false;
   std::vector<std::string> lost_hosts_;
 };

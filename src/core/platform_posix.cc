@@ -276,6 +276,9 @@ Child::Child(const std::vector<std::string>& argv, const std::string& hint, bool
     }
   std::fflush(stdout);
   std::fflush(stderr);
+  // The job's output passes through this process: a reader that goes away (`| grep -q`, `| head`) must not kill
+  // the supervisor and orphan the ranks. Writes then fail with EPIPE and the output is dropped until the job ends.
+  if (capture) ::signal(SIGPIPE, SIG_IGN);
   const pid_t parent = ::getpid();
   const pid_t child = ::fork();
   if (child < 0) {
@@ -289,6 +292,7 @@ Child::Child(const std::vector<std::string>& argv, const std::string& hint, bool
     // the parent as a graceful stop, not through mpirun as a kill. No terminal input: a background process group
     // reading it would be stopped.
     ::setpgid(0, 0);
+    ::signal(SIGPIPE, SIG_DFL);  // the launcher and the ranks keep the usual behaviour
     // The parent killed outright (SIGKILL: nothing to forward) still ends the job, not an orphaned mpirun.
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) _exit(128 + SIGTERM);

@@ -116,7 +116,7 @@ bool FailureReport::line(const std::string& text) {
   } else if (pending_exit_rank_ >= 0 && std::regex_search(text, m, exit_code_re)) {
     Rank& r = at(pending_exit_rank_);
     pending_exit_rank_ = -1;
-    if (!r.failed) {
+    if (!r.failed && std::stoi(m[1]) != stop_code_) {
       r.code = std::stoi(m[1]);
       r.event = "exit";
       r.source = "mpirun's report";
@@ -243,7 +243,8 @@ int supervise(const std::vector<std::string>& argv, const std::string& save_dir,
         std::fprintf(
             stderr, "zerorun: %s: every rank stops after its current step%s; a second signal stops them at once\n",
             platform::stop_name(sig), save_dir.empty() ? "" : (" and saves a checkpoint in " + save_dir).c_str());
-        child.send(platform::kStopGraceful);  // mpirun, mpiexec and srun forward it to every rank
+        report.stopping(128 + platform::kStopGraceful);  // the ranks' exit code after a graceful stop
+        child.send(platform::kStopGraceful);             // mpirun, mpiexec and srun forward it to every rank
       } else {
         forced = true;
         child.send(platform::kStopTerminate);
