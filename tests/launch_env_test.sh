@@ -29,9 +29,9 @@ cmd=$("$ZR" --hostfile hosts --ssh "$SSH" --ssh_port 2222 "${NET[@]}" --config c
 rc=$?
 launcher=${cmd%% $ZR train*}
 if [[ $rc -eq 0 && "$launcher" != "$cmd" ]]; then ok "dry run: $launcher"; else bad "dry run rc=$rc: $cmd"; fi
-for attempt in 1 2 3; do  # OpenMPI's daemon start through the agent hangs now and then under load: 80 s each
+for attempt in 1 2 3; do  # OpenMPI's daemon start through the agent hangs now and then under load
   rm -f env.*
-  eval "timeout 60 $launcher"' sh -c '"'"'env >$PWD/env.$OMPI_COMM_WORLD_RANK'"'" >dump.out 2>&1 && break
+  eval "timeout -k 5 60 $launcher"' sh -c '"'"'env >$PWD/env.$OMPI_COMM_WORLD_RANK'"'" >dump.out 2>&1 && break
 done
 if [[ -s env.0 && -s env.1 && -s env.2 ]]; then ok "3 ranks on 2 hosts started (attempt $attempt)"; else
   bad "ranks did not start"; tail -5 dump.out; fi
@@ -70,9 +70,9 @@ printf 'DS_VALUE=x\n' >.deepspeed_env
 # A real 2-"host" run with all of it (remote ranks see only what is forwarded), equal to one rank.
 "$ZR" init --arch gpt2 --vocab 64 --n_ctx 16 --n_embd 16 --n_layer 1 --n_head 2 -o gpt.bin >/dev/null
 echo '{"train_batch_size": 6, "zero_optimization": {"stage": 3}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}}}' >z3.json
-for attempt in 1 2 3; do  # OpenMPI's daemon start through the agent hangs now and then under load: 80 s each
+for attempt in 1 2 3; do  # OpenMPI's daemon start through the agent hangs now and then under load: 80 s an attempt
   rm -rf two
-  timeout 80 "$ZR" --hostfile hosts --ssh "$SSH" --ssh_port 2222 "${NET[@]}" --config z3.json gpt.bin --steps 3 \
+  timeout -k 5 80 "$ZR" --hostfile hosts --ssh "$SSH" --ssh_port 2222 "${NET[@]}" --config z3.json gpt.bin --steps 3 \
     --micro_batch_size 2 --log_dir two >two.out 2>&1 && break
 done
 "$ZR" --config z3.json gpt.bin --steps 3 --micro_batch_size 6 --log_dir one >/dev/null 2>&1
