@@ -42,6 +42,11 @@ struct MemoryEstimate {
 
 // The process's own host memory beyond its tracked buffers (code, libraries, MPI, allocator): measured on CPU ranks.
 constexpr double kProcessBaseBytes = 64.0 * 1048576;
+// What a build with CUDA adds to every process, CPU ranks included: the CUDA libraries it links (measured: a tiny
+// CPU run peaks at 164 MiB with them, 13 MiB without).
+constexpr double kCudaLibrariesHostBytes = 150.0 * 1048576;
+// kProcessBaseBytes, plus kCudaLibrariesHostBytes in a build with CUDA.
+double process_base_bytes();
 
 MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r);
 std::string format_estimate(const MemoryEstimate& e, const EstimateRequest& r, const std::string& what);

@@ -9,9 +9,12 @@
 #include <set>
 #include <sstream>
 
+#include "zerorun/build_info.h"
 #include "zerorun/zero_plan.h"
 
 namespace zerorun {
+
+double process_base_bytes() { return kProcessBaseBytes + (built_with_cuda() ? kCudaLibrariesHostBytes : 0.0); }
 namespace {
 
 // Peak bytes of gathered stage-3 groups plus live gradient buckets (stage 2: buckets only), replaying
@@ -132,9 +135,9 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
       s.buckets = bucket_peak(buckets, plan, stage, r.stage3_prefetch_bucket_size);
       if (r.gpu) {
         s.device = st.device + s.buckets + e.activations;
-        s.host_rank = st.host + kProcessBaseBytes;
+        s.host_rank = st.host + process_base_bytes();
       } else {
-        s.host_rank = st.host + s.buckets + e.activations + kProcessBaseBytes;
+        s.host_rank = st.host + s.buckets + e.activations + process_base_bytes();
       }
       s.host_node = s.host_rank * r.gpus_per_node;
       e.rows.push_back(s);
@@ -172,7 +175,8 @@ std::string format_estimate(const MemoryEstimate& e, const EstimateRequest& r, c
   }
   os << "params/grads/optimizer: model states per rank as the engine counts them; buckets: stage-2/3 gradient "
         "buckets and gathered stage-3 parameters at their peak; host/rank adds "
-     << gib(kProcessBaseBytes) << " for the process itself" << (r.gpu ? " (not the CUDA runtime's own)" : "") << "\n";
+     << gib(process_base_bytes()) << " for the process itself" << (r.gpu ? " (not the CUDA runtime's own)" : "")
+     << "\n";
   return os.str();
 }
 
