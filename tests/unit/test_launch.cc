@@ -419,7 +419,7 @@ TEST_CASE("FailureReport: OpenMPI's messages for ranks that said nothing", "[lau
   CHECK(d.exit_code(255) == 255);
 }
 
-TEST_CASE("Child: captured lines reach the filter in order; leftovers are ended", "[launch][platform]") {
+TEST_CASE("Child: captured lines reach the filter in order; leftovers are ended", "[launch][platform][posix]") {
   using zerorun::platform::Child;
   std::vector<std::string> seen;
   {

@@ -20,7 +20,7 @@ fs::path scratch_dir() {
 }
 }  // namespace
 
-TEST_CASE("NVMe states: streamed updates equal the same updates in memory", "[nvme]") {
+TEST_CASE("NVMe states: streamed updates equal the same updates in memory", "[nvme][posix]") {
   const fs::path dir = scratch_dir();
   for (int esize : {4, 2})
     for (bool overlap : {true, false})
@@ -80,7 +80,7 @@ TEST_CASE("NVMe states: streamed updates equal the same updates in memory", "[nv
   fs::remove_all(dir);
 }
 
-TEST_CASE("NVMe states: errors name nvme_path", "[nvme]") {
+TEST_CASE("NVMe states: errors name nvme_path", "[nvme][posix]") {
   zero::AioConfig aio;
   CHECK_THROWS_WITH(zero::NvmeStates("/nonexistent/zr_nvme", 0, "s.bin", 100, 2, 4, 1000, 2, aio),
                     Catch::Contains("nvme_path '/nonexistent/zr_nvme'"));
