@@ -31,9 +31,10 @@ Tensor random_tensor(const Shape& s, uint64_t seed) {
   for (int64_t i = 0; i < t.numel(); ++i) t.f32()[i] = static_cast<float>(2 * r.uniform() - 1);
   return t;
 }
-// Forward of a dropout node over x with the context d; then backward of dy into a gradient pre-filled with 1.
-std::pair<Tensor, Tensor> run(const Node& n, const Tensor& x, const DropoutCtx& d, const Tensor& dy) {
-  const Op& op = op_lookup("dropout");
+// Forward of node n (dropout or attention) over x with the context d; then backward of dy into a gradient
+// pre-filled with `pre` (accumulated into).
+std::pair<Tensor, Tensor> run(const Node& n, const Tensor& x, const DropoutCtx& d, const Tensor& dy, float pre = 1.f) {
+  const Op& op = op_lookup(n.op);
   NodeCtx c;
   c.node = &n;
   std::vector<Tensor> saved;
@@ -42,7 +43,7 @@ std::pair<Tensor, Tensor> run(const Node& n, const Tensor& x, const DropoutCtx& 
   c.in = {x};
   op.forward(c);
   Tensor dx = Tensor::empty(x.shape(), DType::F32);
-  for (int64_t i = 0; i < dx.numel(); ++i) dx.f32()[i] = 1.f;
+  for (int64_t i = 0; i < dx.numel(); ++i) dx.f32()[i] = pre;
   c.dout = {dy};
   c.din = {dx};
   c.din_acc = {true};
@@ -167,18 +168,13 @@ TEST_CASE("attention dropout: forward and gradients vs a float64 reference with 
   Tensor qkv = Tensor::empty({B, T, W}, DType::F32);
   for (size_t i = 0; i < x.size(); ++i) qkv.f32()[i] = static_cast<float>(x[i]);
 
-  const Op& op = op_lookup("attention");
-  NodeCtx c;
-  c.node = &n;
-  std::vector<Tensor> saved;
-  c.saved = &saved;
-  c.dropout = &ctx;
-  c.in = {qkv};
-  op.forward(c);
+  Tensor dout = Tensor::empty({B, T, H * D}, DType::F32);
+  for (size_t i = 0; i < R.size(); ++i) dout.f32()[i] = static_cast<float>(R[i]);
+  const auto [out, din] = run(n, qkv, ctx, dout, 0.f);
   const std::vector<double> y = attention_ref(x, B, T, H, D, d);
   double ymax = 0;
   for (double v : y) ymax = std::max(ymax, std::fabs(v));
-  for (size_t i = 0; i < y.size(); ++i) REQUIRE(std::fabs(c.out[0].f32()[i] - y[i]) <= 2e-5 * ymax);
+  for (size_t i = 0; i < y.size(); ++i) REQUIRE(std::fabs(out.f32()[i] - y[i]) <= 2e-5 * ymax);
   int zeros = 0;  // some probabilities were dropped: outputs differ from the undropped reference
   kernels::AttnDims plain = d;
   plain.drop = {};
@@ -186,13 +182,6 @@ TEST_CASE("attention dropout: forward and gradients vs a float64 reference with 
   for (size_t i = 0; i < y.size(); ++i) zeros += std::fabs(y[i] - y0[i]) > 1e-6;
   REQUIRE(zeros > 0);
 
-  Tensor dout = Tensor::empty(c.out[0].shape(), DType::F32);
-  for (size_t i = 0; i < R.size(); ++i) dout.f32()[i] = static_cast<float>(R[i]);
-  Tensor din = Tensor::zeros(qkv.shape(), DType::F32);
-  c.dout = {dout};
-  c.din = {din};
-  c.din_acc = {true};
-  op.backward(c);
   const double h = 1e-6;
   double gmax = 1e-8;
   std::vector<double> num(x.size());
