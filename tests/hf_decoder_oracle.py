@@ -335,10 +335,11 @@ def cases():
     qwen3 = base("qwen3", architectures=["Qwen3ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-6, head_dim=16,
                  rope_theta=1000000.0, tie_word_embeddings=True, attention_bias=False, use_sliding_window=False,
                  sliding_window=None, max_window_layers=28, rope_scaling=None)
-    phi3 = base("phi3", architectures=["Phi3ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-5, rope_theta=10000.0,
+    # As transformers 5 saves Phi-3: rope_parameters carrying partial_rotary_factor 1.0 (the whole head rotates).
+    phi3 = base("phi3", architectures=["Phi3ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-5,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0},
                 sliding_window=9, resid_pdrop=0.0, embd_pdrop=0.0, original_max_position_embeddings=T,
-                tie_word_embeddings=False, rope_scaling=None, num_key_value_heads=4, eos_token_id=32,
-                pad_token_id=32)
+                tie_word_embeddings=False, num_key_value_heads=4, eos_token_id=32, pad_token_id=32)
     olmo2 = base("olmo2", architectures=["Olmo2ForCausalLM"], hidden_act="silu", rms_norm_eps=1e-6,
                  rope_theta=500000.0, attention_bias=False, tie_word_embeddings=False, rope_scaling=None,
                  pad_token_id=1, eos_token_id=3)
@@ -603,6 +604,9 @@ def refusals(zr, work):
            ("longrope", dict(qwen2, rope_scaling={"rope_type": "longrope", "short_factor": [1.0] * 6,
                                                    "long_factor": [1.0] * 6}), None, 'rope_type "longrope"'),
            ("partial rotary", dict(qwen2, partial_rotary_factor=0.5), None, "partial_rotary_factor 0.5"),
+           ("partial rotary (transformers 5)",
+            dict(qwen2, rope_parameters={"rope_type": "default", "rope_theta": 1e6, "partial_rotary_factor": 0.5}),
+            None, "rope_parameters.partial_rotary_factor 0.5 is not supported"),
            ("custom code", dict(qwen2, auto_map={"AutoModel": "x.Y"}), None, "'auto_map' is not supported"),
            ("attention dropout of 1", dict(qwen2, attention_dropout=1.0), None,
             "'attention_dropout' must be a probability in [0, 1), got 1"),

@@ -8,6 +8,7 @@
 # libmpi.so.40 of its own (its OpenMPI's plugins must match its library).
 # Usage: bash tests/make_device_bundle.sh [BUILD_DIR] [EXTRA_BINARIES...]
 # DEVBUILD=dir (default .devbuild) puts the bundle elsewhere, so two builds can travel side by side.
+# BUNDLE_MIN=1 packs only zerorun, zerorun_cuda_tests and the EXTRA_BINARIES (the carry limit is 64 MiB with the tree).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
@@ -15,8 +16,9 @@ B=${1:-build}
 S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 mkdir -p "$S/bin" "$S/lib" "$S/lib-mpi"
-for f in "$B/zerorun" "$B"/tests/zerorun_cuda_tests "$B"/tests/zerorun_nccl_test "$B"/tests/zerorun_mpi_engine_test \
-  "$B"/tests/zerorun_*_probe "$@"; do
+ALL=("$B"/tests/zerorun_nccl_test "$B"/tests/zerorun_mpi_engine_test "$B"/tests/zerorun_*_probe)
+[[ "${BUNDLE_MIN:-0}" == 1 ]] && ALL=()
+for f in "$B/zerorun" "$B"/tests/zerorun_cuda_tests "${ALL[@]}" "$@"; do
   [[ -f "$f" && -x "$f" ]] || continue
   cp "$f" "$S/bin/" && strip "$S/bin/$(basename "$f")"
 done

@@ -19,7 +19,20 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_decoder_oracle import cases  # noqa: E402
-from hf_transformers_device import tiny_tokenizer  # noqa: E402
+
+
+def small_tokenizer(transformers, vocab):
+    """A byte-level BPE tokenizer of at most `vocab` ids (the tiny models' vocabulary), trained here on the prompt's
+    words, with <s> and </s>."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.train_from_iterator(["zerorun trains today's models"] * 4,
+                          trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<s>", "</s>"]))
+    assert t.get_vocab_size() <= vocab, (t.get_vocab_size(), vocab)
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=t, bos_token="<s>", eos_token="</s>")
 
 
 def zerorun_ids(zr, d, prompt, n, device):
@@ -65,7 +78,8 @@ def main():
                                                                   dtype=torch.float32)
                 d = os.path.join(work, f"hf{i}")
                 m.save_pretrained(d)
-                tiny_tokenizer(transformers).save_pretrained(d)
+                tok = small_tokenizer(transformers, conf.vocab_size)
+                tok.save_pretrained(d)
                 m = m.to(dev).eval()
                 with torch.no_grad():
                     out = m.generate(torch.tensor([prompt], device=dev), do_sample=False, max_new_tokens=args.new,
@@ -84,12 +98,21 @@ def main():
                     print(f"{name} [zerorun on {zdev}]: transformers {ref}, zerorun {ours}{note} -> "
                           f"{'PASS' if good else 'FAIL'}")
                     ok &= good
-                r = subprocess.run([zr, "sample", d, "--prompt", "zerorun trains", "--max_new_tokens", "8",
+                # Text in, text out through the saved tokenizer (one whose ids fit the model's vocabulary):
+                # zerorun prints the prompt and its continuation as transformers decodes its greedy generation.
+                text = "zerorun trains"
+                p_ids = tok(text).input_ids
+                with torch.no_grad():
+                    gen = m.generate(torch.tensor([p_ids], device=dev), do_sample=False, max_new_tokens=8)
+                want = text + tok.decode(gen[0, len(p_ids):].tolist(), skip_special_tokens=True)
+                r = subprocess.run([zr, "sample", d, "--prompt", text, "--max_new_tokens", "8",
                                     "--device", args.device if dev == "cuda" else "cpu"], capture_output=True,
                                    text=True)
-                print(f"{name}: sample --prompt text -> exit {r.returncode}: {r.stdout.strip()!r} -> "
-                      f"{'PASS' if r.returncode == 0 else 'FAIL'}")
-                ok &= r.returncode == 0
+                got = r.stdout.rstrip("\n")
+                good = r.returncode == 0 and got == want
+                print(f"{name}: sample --prompt {text!r} -> exit {r.returncode}: {got!r}, transformers {want!r} -> "
+                      f"{'PASS' if good else 'FAIL'}{'' if r.returncode == 0 else chr(10) + r.stderr[-600:]}")
+                ok &= good
             except Exception as e:  # noqa: BLE001 - report every case
                 print(f"{name}: FAIL: {e}")
                 ok = False

@@ -149,6 +149,11 @@ json read_rope(const Cfg& c, const json& rp, double& theta, const std::string& w
   json out = {{"rope_type", type}};
   for (auto& [k, v] : rp.items()) {
     if (k == "rope_type" || k == "type" || k == "rope_theta") continue;
+    if (k == "partial_rotary_factor") {  // transformers 5 writes Phi-3's 1.0 here: the whole head rotates, as ours
+      ZR_CHECK(v.is_null() || (v.is_number() && v.get<double>() == 1.0), c.path, ": ", where,
+               ".partial_rotary_factor ", v.dump(), " is not supported (zerorun rotates the whole head)");
+      continue;
+    }
     ZR_CHECK(it->second.count(k), c.path, ": ", where, ".", k, " is not a setting of rope_type ", type,
              " that zerorun computes");
     if (!v.is_null()) out[k] = v;
