@@ -87,8 +87,6 @@ EXCEPTIONS = {
     ("src/core/profile.cc", "include/zerorun/cuda_rt.h"): "device memory behind a core interface",
     ("src/core/tensor.cc", "include/zerorun/cuda_rt.h"): "device memory behind a core interface",
     ("kernels/backend.h", "kernels/cpu/cpu_kernels.h"): "kernel types shared by both backends",
-    ("kernels/cuda/nccl_comm.cu", "include/zerorun/comm.h"): "NCCL communicator: src/comm",
-    ("kernels/stub/device_stub.cc", "include/zerorun/comm.h"): "NCCL communicator: src/comm",
     ("include/zerorun/config.h", "include/zerorun/nvme.h"): "the aio block: config",
     ("src/cli/build_info.cc", "include/zerorun/build_info.h"): "build information: core",
 }

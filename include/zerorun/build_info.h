@@ -14,8 +14,6 @@ struct GpuInfo {
 
 bool built_with_cuda();
 GpuInfo query_gpus();  // implemented by kernels/cuda or kernels/stub
-// The NCCL this process would load (version and library), or why it cannot (implemented by kernels/cuda or stub).
-std::string nccl_report();
 // Whether kernels built for `archs` (CMake's CUDA_ARCHITECTURES list: "90" = sm_90 code + compute_90 PTX,
 // "90-real" = code only, "90-virtual" = PTX only) run on a GPU of compute capability `sm` (e.g. 90): code for
 // exactly that capability, or PTX of one at or below it, which the driver compiles. True when the list cannot tell

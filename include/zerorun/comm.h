@@ -68,6 +68,8 @@ std::unique_ptr<Communicator> make_mpi_comm();
 // NCCL for device buffers (bootstrapped over `host`, which keeps serving host
 // buffers). Throws when CUDA is not built or libnccl.so.2 cannot be loaded.
 std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator> host);
+// The NCCL this process would load (version and library), or why it cannot (for `zerorun report`).
+std::string nccl_report();
 // Device buffers through `host` (MPI) via host memory: no NCCL needed, and ranks may share a GPU (--comm mpi).
 std::unique_ptr<Communicator> make_staged_comm(std::unique_ptr<Communicator> host);
 // True when this process was started by mpirun/srun with more than one rank.

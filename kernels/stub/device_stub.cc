@@ -4,7 +4,6 @@
 namespace zerorun {
 bool built_with_cuda() { return false; }
 GpuInfo query_gpus() { return {0, "CUDA support not built (no CUDA toolkit found at configure time)", "none", "", ""}; }
-std::string nccl_report() { return "not used (CPU-only build)"; }
 std::string gpu_arch_problem(int) { return ""; }
 }  // namespace zerorun
 
@@ -53,10 +52,3 @@ SideStream::Scope::~Scope() = default;
 namespace zerorun::kernels {
 Backend* cuda_backend() { return nullptr; }
 }  // namespace zerorun::kernels
-
-#include "zerorun/comm.h"
-namespace zerorun {
-std::unique_ptr<Communicator> make_nccl_comm(std::unique_ptr<Communicator>) {
-  ZR_FAIL("the NCCL communicator needs a CUDA build of zerorun");
-}
-}  // namespace zerorun

@@ -1,5 +1,6 @@
 // Build features and library versions for `zerorun report`.
 #include "zerorun/build_info.h"
+#include "zerorun/comm.h"
 
 #include <cblas.h>
 #include <mpi.h>

@@ -13,8 +13,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda_check.h"
-#include "zerorun/build_info.h"
+#include "kernels/cuda/cuda_check.h"
 #include "zerorun/comm.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
