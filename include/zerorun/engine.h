@@ -20,6 +20,7 @@
 #include "zerorun/model.h"
 #include "zerorun/optim.h"
 #include "zerorun/zero_plan.h"
+#include "zerorun/zero_state.h"
 
 namespace zerorun::kernels {
 class Backend;
@@ -36,7 +37,7 @@ struct StepStats {
   // optimizer, the weights' refresh and gather): what the update costs a step.
   double optimizer_seconds = 0;
   double nvme_wait_seconds = 0;  // of optimizer_seconds, waiting on NVMe reads and writes (offload "nvme")
-  int64_t tokens = 0;  // tokens (or samples) processed by all ranks
+  int64_t tokens = 0;            // tokens (or samples) processed by all ranks
 };
 
 // Bytes this rank keeps between steps for model states.
@@ -61,7 +62,8 @@ class Engine {
   std::map<std::string, Tensor> master_weights();
   const Model& model() const { return model_; }
   const Config& config() const { return cfg_; }
-  const zero::Plan& plan() const { return plan_; }
+  const zero::Plan& plan() const { return state_->plan(); }
+  const zero::ShardedState& sharded_state() const { return *state_; }
   std::string memory_report() const;
   // Where the optimizer's states live and in what type: the fp32 master (or what serves as it) and the moments.
   std::string optimizer_report() const;
@@ -93,78 +95,24 @@ class Engine {
   };
   Tensor forward_backward(const std::map<std::string, Tensor>& inputs, bool fresh, float loss_grad);
   Tensor micro_graphed(const std::map<std::string, Tensor>& host_inputs, bool fresh, float loss_grad);
-  struct GroupRt {
-    Tensor full;                         // stage 3: gathered params (padded group)
-    std::unique_ptr<CommHandle> gather;  // in-flight prefetch
-    Tensor work_grad;                    // stage 2/3: this micro-batch's full group grads
-    Tensor staged;                       // offload_param: host shard copied to the device for the gather
-    bool persistent = false;             // stage 3: below the persistence threshold
-  };
-  void build_layout();
-  // Elements [first, first + count) of the model's weight `name` into dst (host or device) from element `at`.
-  void load_weights(const std::string& name, int64_t first, int64_t count, const Tensor& dst, int64_t at);
-  void refresh_compute_params();
-  void make_compact();  // compute_ to its compact form (see compact_), the exec's param views moved with it
-  // offload_optimizer/offload_param "pin_memory": page-locks the host buffers copied to or from the GPU every
-  // step (a warning naming the buffer where that fails; its copies then use pageable memory).
-  void pin_offload_buffers();
+  // The step's view of ZeRO's state: the hooks around each block (stages 2-3) and the update piece by piece.
+  void on_block(size_t b, bool forward, bool before) { state_->on_block(b, forward, before); }
+  RoundedOut rounded_out(int64_t begin);  // the fused-update targets at compute element `begin` (or none)
   // The main stream waits for any update still on the side stream (before state is read or written).
   void settle();
-  // stage 3 parameter life cycle
-  void start_gather(int g);
-  void ensure_live(int g);
-  void release(int g);
-  void bind_params(int g, bool live);
-  void on_block(size_t b, bool forward, bool before);
-  // stage 2/3 gradient buckets
-  void begin_grads(size_t b);
-  void finish_grads(size_t b);
-  float* owned_master(int g);  // this rank's fp32 master piece of group g
-  // Checkpoint slices: the element range of param p that `rank` saves.
-  zero::Range ckpt_range(int p, int rank) const;
-  float* master_at(int p, int64_t elem);        // fp32 master element of param p (in this rank's range)
-  // Optimizer state k (0 = m, 1 = v) of param p, elements [elem, elem + n), read into / written from f32 (bf16
-  // states widened / rounded).
-  void state_io(int k, int p, int64_t elem, int64_t n, float* buf, bool write);
-  // rounded: the optimizer already wrote this rank's compute copies (fused with its update).
-  void gather_after_step(bool rounded);
-  // Stages 1-2 on several ranks with the compact f32 copy: the weights go round as the 16-bit copy (gather16).
-  bool gathers16() const { return compact_ && (stage_ == 1 || stage_ == 2) && comm_.size() > 1; }
-  void gather16();        // each rank's piece of compute16_ all-gathered, the compact f32 copy widened from it
-  void sync_compute16();  // compute16_ = compute_ in 16 bits (when kept; compact: both from the master)
-  RoundedOut rounded_out(int64_t begin);  // the fused-update targets at compute element `begin` (or none)
   kernels::Backend& be() const;
-  void copy_f32(float* dst, const float* src, int64_t n) const;  // any devices
 
   const Model& model_;
   Config cfg_;
   Communicator& comm_;
-  Device dev_, pdev_;  // training device; where stage-3 parameter shards live
-  bool offload_ = false;
+  Device dev_;            // training device
+  bool offload_ = false;  // offload_optimizer on a GPU run: the master and the optimizer on the host
   int stage_ = 0;
   bool mixed_ = false;
   bool bf16_master_ = false;  // bf16.bf16_master_weights_and_grads: the compute weights are the master
   int64_t seq_len_ = 0;
-  zero::Plan plan_;
-  std::vector<int64_t> shard_off_;              // group -> offset inside this rank's shard arrays
-  std::vector<std::vector<int>> block_groups_;  // groups each block uses
-  std::vector<size_t> ready_block_;             // group -> block after whose backward its grads are complete
-  std::vector<GroupRt> rt_;
-  Tensor compute_;    // stages 0-2: full padded compute params
-  Tensor compute16_;  // 16-bit CUDA runs, stages 0-2: compute_ in 16 bits, what the products read
-  // Compact (compute16_ and an on-device master with no f32 all-gather: stage 0, or one rank): compute_ keeps only
-  // the 256-element chunks of the flat layout that some op reads in f32 (norms, biases, embeddings; linear weights
-  // are read in 16 bits only), chunk k at slot f32_slots_[k] (-1: none, see RoundedOut::f32_slots), and the exec's
-  // views of 16-bit-only weights are their 16-bit copies: ~4 B a parameter less.
-  bool compact_ = false;
-  Tensor f32_slots_;
-  Tensor param_shard_;        // stage 3: this rank's compute-param shard
-  Tensor master_;             // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
-  Tensor grads_full_;         // stages 0-1
-  Tensor grads_shard_;        // stages 2-3
-  Tensor host_grad_;          // offload: this rank's gradient shard in host memory
-  Tensor offload_stage_;      // offload with device compute params: a group's rounded update on its way there
-  int64_t pinned_bytes_ = 0;  // host memory page-locked by pin_memory
+  // Flat buffers, buckets, stage-3 gathers, gradient buckets, compute copies, checkpoint ranges (src/zero).
+  std::unique_ptr<zero::ShardedState> state_;
   std::unique_ptr<Executor> exec_;
   std::unique_ptr<Optimizer> opt_;
   std::unique_ptr<LrSchedule> sched_;

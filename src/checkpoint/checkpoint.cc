@@ -218,39 +218,27 @@ std::vector<Piece> pieces_for(const nlohmann::json& m, const std::string& param,
 
 }  // namespace ckpt
 
-// ---- engine side --------------------------------------------------------------
+// ---- engine side: the shards through ZeRO's state (zero::ShardedState) ------------------------------
 
-zero::Range Engine::ckpt_range(int p, int rank) const {
-  const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
-  if (stage_ == 0) return rank == 0 ? zero::Range{0, s.numel} : zero::Range{0, 0};
-  return plan_.param_owned(p, rank);
-}
+namespace {
 
-float* Engine::master_at(int p, int64_t elem) {
-  const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
-  int64_t pos = s.offset + elem;
-  if (stage_ == 0) return (mixed_ ? master_.f32() : compute_.f32()) + pos;
-  return owned_master(s.group) + (pos - plan_.owned(s.group, comm_.rank()).begin);
-}
-
-void Engine::state_io(int k, int p, int64_t elem, int64_t n, float* buf, bool write) {
-  const zero::ParamSlot& s = plan_.params[static_cast<size_t>(p)];
-  Tensor t = opt_->state().at(static_cast<size_t>(k)).second;
-  const int64_t pos = s.offset + elem;
-  const int64_t at =
-      stage_ == 0 ? pos : shard_off_[static_cast<size_t>(s.group)] + (pos - plan_.owned(s.group, comm_.rank()).begin);
-  if (opt_->nvme()) {  // states in a file under nvme_path
+// Optimizer state k (0 = m, 1 = v) of param p, elements [elem, elem + n), read into / written from f32 (bf16
+// states widened / rounded), at the index ZeRO's state gives it, wherever the optimizer keeps it.
+void state_io(Optimizer& opt, zero::ShardedState& zs, int k, int p, int64_t elem, int64_t n, float* buf, bool write) {
+  Tensor t = opt.state().at(static_cast<size_t>(k)).second;
+  const int64_t at = zs.state_offset(p, elem);
+  if (opt.nvme()) {  // states in a file under nvme_path
     if (write)
-      opt_->write_state(k, at, n, buf);
+      opt.write_state(k, at, n, buf);
     else
-      opt_->read_state(k, at, n, buf);
+      opt.read_state(k, at, n, buf);
     return;
   }
   if (t.dtype() == DType::F32) {
     if (write)
-      copy_f32(t.f32() + at, buf, n);
+      zs.copy_f32(t.f32() + at, buf, n);
     else
-      copy_f32(buf, t.f32() + at, n);
+      zs.copy_f32(buf, t.f32() + at, n);
     return;
   }
   // bf16 optimizer states (host memory): saved widened to f32 (exact), loaded rounded to bf16.
@@ -263,6 +251,8 @@ void Engine::state_io(int k, int p, int64_t elem, int64_t n, float* buf, bool wr
       buf[i] = bf16_to_f32(h[i]);
 }
 
+}  // namespace
+
 std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state) {
   settle();
   const int r = comm_.rank(), W = comm_.size();
@@ -271,18 +261,20 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
   if (r == 0) make_dirs(dir);
   comm_.barrier();
   auto states = opt_->state();
+  zero::ShardedState& zs = *state_;
+  const zero::Plan& plan = zs.plan();
   // 1. This rank's shard.
   std::vector<SafetensorsWriteItem> items;
-  for (size_t p = 0; p < plan_.params.size(); ++p) {
-    zero::Range rg = ckpt_range(static_cast<int>(p), r);
+  for (size_t p = 0; p < plan.params.size(); ++p) {
+    zero::Range rg = zs.ckpt_range(static_cast<int>(p), r);
     if (rg.empty()) continue;
-    const std::string& name = plan_.params[p].name;
+    const std::string& name = plan.params[p].name;
     Tensor mt = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
-    copy_f32(mt.f32(), master_at(static_cast<int>(p), rg.begin), rg.size());
+    zs.copy_f32(mt.f32(), zs.master_at(static_cast<int>(p), rg.begin), rg.size());
     items.push_back({name + ".master", mt});
     for (size_t k = 0; k < states.size(); ++k) {
       Tensor st = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
-      state_io(static_cast<int>(k), static_cast<int>(p), rg.begin, rg.size(), st.f32(), false);
+      state_io(*opt_, zs, static_cast<int>(k), static_cast<int>(p), rg.begin, rg.size(), st.f32(), false);
       items.push_back({name + "." + states[k].first, st});
     }
   }
@@ -328,11 +320,11 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
     m["rng"] = {{"data_seed", cfg_.train.seed}, {"note", "training uses no other random state"}};
     m["client_state"] = client_state;
     json params = json::object();
-    for (size_t p = 0; p < plan_.params.size(); ++p) {
-      const zero::ParamSlot& s = plan_.params[p];
+    for (size_t p = 0; p < plan.params.size(); ++p) {
+      const zero::ParamSlot& s = plan.params[p];
       json slices = json::array();
       for (int rr = 0; rr < W; ++rr) {
-        zero::Range rg = ckpt_range(static_cast<int>(p), rr);
+        zero::Range rg = zs.ckpt_range(static_cast<int>(p), rr);
         if (!rg.empty()) slices.push_back({{"rank", rr}, {"begin", rg.begin}, {"end", rg.end}});
       }
       params[s.name] = {{"shape", model_.shape(s.name)}, {"numel", s.numel}, {"slices", slices}};
@@ -375,24 +367,17 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
       read_safetensors_range(it->second, *ent, pc.src_first, pc.count, dst + pc.dst_offset);
     }
   };
-  const DType dt = precision_dtype(cfg_.precision);
-  // Master weights read: everything at stages 0-2 where the rank keeps a full f32 compute copy (every rank computes
-  // with all of them), else (stage 3; stages 1-2 whose 16-bit copy is all-gathered after the load) the rank's own
+  // Master weights read (zs.load_range): everything where the rank keeps a full f32 compute copy, else its own
   // shard; optimizer state: own shard (everything at stage 0).
-  auto need_of = [&](int pi) {
-    return stage_ == 3 || (stage_ > 0 && compact_) ? plan_.param_owned(pi, comm_.rank())
-                                                   : zero::Range{0, plan_.params[pi].numel};
-  };
-  auto own_of = [&](int pi) {
-    return stage_ == 0 ? zero::Range{0, plan_.params[pi].numel} : plan_.param_owned(pi, comm_.rank());
-  };
+  zero::ShardedState& zs = *state_;
+  const zero::Plan& plan = zs.plan();
   // Integrity first: sizes of every shard, checksums of the shards this rank reads.
   std::set<std::string> reads;
-  for (size_t p = 0; p < plan_.params.size(); ++p) {
-    const zero::ParamSlot& s = plan_.params[p];
+  for (size_t p = 0; p < plan.params.size(); ++p) {
+    const zero::ParamSlot& s = plan.params[p];
     ZR_CHECK(m["params"].contains(s.name) && m["params"][s.name]["numel"].get<int64_t>() == s.numel, mp,
              ": parameter '", s.name, "' is missing or has another size");
-    zero::Range need = need_of(static_cast<int>(p)), own = own_of(static_cast<int>(p));
+    zero::Range need = zs.load_range(static_cast<int>(p)), own = zs.own_range(static_cast<int>(p));
     if (!need.empty())
       for (auto& pc : ckpt::pieces_for(m, s.name, "master", need.begin, need.end)) reads.insert(pc.file);
     if (!own.empty())
@@ -400,32 +385,20 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
         for (auto& pc : ckpt::pieces_for(m, s.name, st.first, own.begin, own.end)) reads.insert(pc.file);
   }
   ckpt::verify_shards(dir, m, reads);
-  for (size_t p = 0; p < plan_.params.size(); ++p) {
-    const zero::ParamSlot& s = plan_.params[p];
+  for (size_t p = 0; p < plan.params.size(); ++p) {
+    const zero::ParamSlot& s = plan.params[p];
     const int pi = static_cast<int>(p);
-    zero::Range need = need_of(pi), own = own_of(pi);
+    zero::Range need = zs.load_range(pi), own = zs.own_range(pi);
     if (!need.empty()) {
       std::vector<float> v(static_cast<size_t>(need.size()));
       read_into(s.name, "master", need.begin, need.end, v.data());
-      if (!compact_) {  // compact: sync_compute16 below writes the compute copies from the master
-        std::vector<float> c(v.size());
-        for (size_t i = 0; i < v.size(); ++i) c[i] = mixed_ ? round_to(dt, v[i]) : v[i];
-        float* dst = stage_ < 3 ? compute_.f32() + s.offset + need.begin
-                                : param_shard_.f32() + shard_off_[static_cast<size_t>(s.group)] +
-                                      (s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin);
-        copy_f32(dst, c.data(), need.size());
-      }
-      // After the compute copy: in fp32 the master may alias it. `own` lies inside `need`.
-      // bf16 master weights: the master is the compute copy, bf16 values (an fp32-master checkpoint rounded).
-      if (bf16_master_)
-        for (float& x : v) x = round_to(DType::BF16, x);
-      if (!own.empty()) copy_f32(master_at(pi, own.begin), v.data() + (own.begin - need.begin), own.size());
+      zs.load_master(pi, need, std::move(v));  // the compute copies and this rank's master
     }
     if (!own.empty())
       for (size_t k = 0; k < states.size(); ++k) {
         std::vector<float> st(static_cast<size_t>(own.size()));
         read_into(s.name, states[k].first, own.begin, own.end, st.data());
-        state_io(static_cast<int>(k), pi, own.begin, own.size(), st.data(), true);
+        state_io(*opt_, zs, static_cast<int>(k), pi, own.begin, own.size(), st.data(), true);
       }
   }
   global_step_ = m["step"].get<int64_t>();
@@ -437,13 +410,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
                                                                           : global_step_ * cfg_.batch;
   opt_->set_steps(m["optimizer"]["steps"].get<int64_t>());
   ZR_WITH_CONTEXT(mp, scaler_->load_state(m["loss_scaler"]));
-  if (stage_ == 3)
-    for (size_t g = 0; g < rt_.size(); ++g)
-      if (rt_[g].persistent)
-        comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), plan_.groups[g].shard, DType::F32);
-  // The products' 16-bit copy of the loaded weights (where it goes round, each rank rounds its own piece).
-  sync_compute16();
-  if (gathers16()) gather16();
+  zs.after_load();  // persistent stage-3 groups gathered again, the 16-bit copies from the loaded weights
   comm_.barrier();
   return m.value("client_state", nlohmann::json::object());
 }

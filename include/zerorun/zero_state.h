@@ -1,0 +1,196 @@
+// ShardedState: ZeRO's sharded model state, apart from any graph (DESIGN.md layer 6). It owns the flat buffers
+// (compute weights, their 16-bit copy, the stage-3 parameter shard, the fp32 master, the gradients and the
+// offload gradient shard), each with a placement; the bucket layout; the stage-3 gather/free life cycle with
+// prefetch; the stage-2/3 gradient buckets and their reduce-scatter; the compute copies an update refreshes; and
+// the ranges a checkpoint reads and writes. Whoever computes (the Engine's executor) sees the weights and the
+// gradients through a Binding; the Engine keeps the step (micro-batches, loss scale, clipping, the schedule).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "zerorun/comm.h"
+#include "zerorun/tensor.h"
+#include "zerorun/zero_plan.h"
+
+namespace zerorun::zero {
+
+// Where a flat buffer lives. Nvme: the optimizer's moments under offload_optimizer "nvme" (zero::NvmeStates).
+enum class Placement { Device, Host, PinnedHost, Nvme };
+const char* placement_name(Placement p);
+
+struct BufferInfo {
+  std::string name;  // "compute", "compute16", "param_shard", "master", "grads", "host_grad", ...
+  Placement placement = Placement::Host;
+  int64_t bytes = 0;
+};
+
+struct StateOptions {
+  int stage = 0;
+  Device device = Device::cpu();     // the training device
+  DType compute_dtype = DType::F32;  // BF16 / F16: 16-bit compute (rounded compute copies of an fp32 master)
+  bool bf16_master = false;          // bf16.bf16_master_weights_and_grads: the compute weights are the master
+  bool offload_optimizer = false;    // GPU runs, stage >= 1: the master and a gradient shard in host memory
+  bool offload_param = false;        // GPU runs, stage 3 (needs offload_optimizer): the parameter shard on the host
+  bool pin_optimizer = false;        // page-lock the offloaded gradient shard and the update's staging buffer
+  bool pin_param = false;            // page-lock the offloaded parameter shard
+  int64_t bucket = std::numeric_limits<int64_t>::max();    // elements a bucket (stages 2-3)
+  int64_t persistence_threshold = 0;                       // stage 3: groups below it stay gathered
+  int64_t prefetch_bucket = 0;                             // stage 3: elements prefetched ahead of a block
+  int64_t max_live = std::numeric_limits<int64_t>::max();  // stage 3: gathered elements at most (prefetch)
+};
+
+// Elements [first, first + count) of weight `name` into host memory at dst (f32).
+using WeightReader = std::function<void(const std::string& name, int64_t first, int64_t count, float* dst)>;
+
+// How the buffers reach whoever computes: a parameter's (or gradient's) tensor, or none (an undefined tensor).
+struct Binding {
+  std::function<void(const std::string&name, const Tensor&t)> set_param, set_grad;
+};
+
+// Where an update also writes the new weights rounded (mirrors the optimizer's RoundedOut; all null: nowhere).
+struct UpdateTargets {
+  DType dt = DType::F32;
+  float* f32 = nullptr;
+  uint16_t* h = nullptr;
+  const int32_t* f32_slots = nullptr;
+  int64_t f32_base = 0;
+};
+
+// One group's piece of an update: the weights the optimizer updates in place, their gradients (in host memory with
+// offload_optimizer), where the piece starts in the optimizer's state and in the flat layout.
+struct UpdatePiece {
+  float* weights = nullptr;
+  const float* grads = nullptr;
+  int64_t state_offset = 0, flat_begin = 0, n = 0;
+};
+
+class ShardedState {
+ public:
+  // `uses`: every parameter use of the blocks in execution order (see bucket_layout); `shapes` every parameter's
+  // shape. Allocates the buffers and reads this rank's weights through `read` (the whole model at stages 0-2, the
+  // owned shard at stage 3), range by range.
+  ShardedState(const std::vector<ParamUse>& uses, int num_blocks, const std::map<std::string, Shape>& shapes,
+               const StateOptions& o, Communicator& comm, const WeightReader& read);
+  ~ShardedState();  // waits for gathers in flight
+  ShardedState(const ShardedState&) = delete;
+  ShardedState& operator=(const ShardedState&) = delete;
+
+  // ---- layout
+  const Plan& plan() const { return plan_; }
+  const StateOptions& options() const { return o_; }
+  int stage() const { return o_.stage; }
+  bool mixed() const { return o_.compute_dtype != DType::F32; }
+  bool offload() const { return o_.offload_optimizer; }
+  Device param_device() const { return pdev_; }  // where the stage-3 parameter shard lives
+  int64_t shard_offset(int g) const { return shard_off_[static_cast<size_t>(g)]; }
+  const std::vector<std::vector<int>>& block_groups() const { return block_groups_; }
+  const Shape& shape(const std::string& name) const { return shapes_.at(name); }
+
+  // ---- buffers
+  const Tensor& compute() const { return compute_; }          // stages 0-2: full padded compute weights
+  const Tensor& compute16() const { return compute16_; }      // 16-bit GPU runs, stages 0-2
+  const Tensor& param_shard() const { return param_shard_; }  // stage 3
+  const Tensor& master() const { return master_; }            // fp32 master; undefined: the compute weights are it
+  // The gradients the step reduces, unscales and clips: full (stages 0-1) or this rank's shard (stages 2-3).
+  const Tensor& grads() const { return o_.stage < 2 ? grads_full_ : grads_shard_; }
+  std::vector<BufferInfo> buffers() const;
+  int64_t param_bytes() const;  // compute copies, parameter shard, persistent gathered groups
+  int64_t grad_bytes() const;
+  int64_t master_bytes() const { return master_.defined() ? static_cast<int64_t>(master_.nbytes()) : 0; }
+  int64_t pinned_bytes() const { return pinned_bytes_; }
+
+  // ---- binding to the computation
+  std::map<std::string, Tensor> param_views() const;    // stages 0-2 (stage 3: undefined, bound when gathered)
+  std::map<std::string, Tensor> grad_views() const;     // stages 0-1 (stages 2-3: bound per bucket in backward)
+  std::map<std::string, Tensor> param16_views() const;  // empty without a 16-bit copy
+  // Binds, then gathers the stage-3 groups below the persistence threshold (kept for the whole run).
+  void bind(Binding b);
+  // Compact f32 copy (16-bit copy + an on-device master, no f32 all-gather: stage 0, or one rank): only the
+  // 256-element chunks some op reads in f32 stay; the others are bound to their 16-bit copies.
+  void make_compact(const std::function<bool(const std::string&)>& reads_f32);
+  bool compact() const { return compact_; }
+
+  // ---- stage-3 parameters and stage-2/3 gradient buckets (called around each block's forward and backward)
+  void on_block(size_t b, bool forward, bool before);
+  void start_gather(int g);  // stage 3: all-gather of group g started (no-op when live or in flight)
+  void ensure_live(int g);   // stage 3: group g gathered and bound
+  void release(int g);       // stage 3: group g freed and unbound (persistent groups stay)
+  void release_all();        // stage 3: after a forward with no backward (evaluation)
+  bool gathered(int g) const { return rt_[static_cast<size_t>(g)].full.defined(); }  // live or in flight
+  bool persistent(int g) const { return rt_[static_cast<size_t>(g)].persistent; }
+
+  // ---- the update
+  // Stage 0 without group pieces: the flat weights the optimizer updates (the master, or the compute weights).
+  float* full_master();
+  UpdatePiece update_piece(int g);              // copies the gradient piece to the host first with offload_optimizer
+  UpdateTargets update_targets(int64_t begin);  // fused-update targets at compute element `begin` (or none)
+  // After the update: compute copies refreshed from the master (unless `rounded`: the update wrote them) and
+  // gathered where sharded.
+  void after_update(bool rounded);
+  // Stages 1-2 on several ranks with the compact f32 copy: the weights go round as the 16-bit copy.
+  bool gathers16() const;
+  void gather16();        // each rank's piece of the 16-bit copy all-gathered, the compact f32 copy widened from it
+  void sync_compute16();  // the 16-bit copy = the compute weights in 16 bits (compact: both from the master)
+  // Full fp32 master weights by name (collective at stages >= 1).
+  std::map<std::string, Tensor> full_master_weights();
+
+  // ---- checkpoint ranges
+  Range ckpt_range(int p, int rank) const;          // elements of param p that `rank` saves (stage 0: rank 0 all)
+  Range own_range(int p) const;                     // master and optimizer elements of param p this rank keeps
+  Range load_range(int p) const;                    // master elements of param p a load reads (compute copy included)
+  float* master_at(int p, int64_t elem);            // fp32 master element of param p (inside own_range)
+  int64_t state_offset(int p, int64_t elem) const;  // the optimizer state's index of element elem of param p
+  // Loaded master values of param p over `need` (= load_range(p)) into the compute copies and the master.
+  void load_master(int p, Range need, std::vector<float> values);
+  void after_load();  // persistent stage-3 groups gathered again, 16-bit copies from the loaded weights
+
+  void copy_f32(float* dst, const float* src, int64_t n) const;  // any devices
+
+ private:
+  struct GroupRt {
+    Tensor full;                         // stage 3: gathered params (padded group)
+    std::unique_ptr<CommHandle> gather;  // in-flight prefetch
+    Tensor work_grad;                    // stage 2/3: this micro-batch's full group grads
+    Tensor staged;                       // offload_param: host shard copied to the device for the gather
+    bool persistent = false;             // stage 3: below the persistence threshold
+  };
+  void load_weights(const WeightReader& read, const std::string& name, int64_t first, int64_t count, const Tensor& dst,
+                    int64_t at);
+  void pin_offload_buffers();
+  void bind_params(int g, bool live);
+  void begin_grads(size_t b);
+  void finish_grads(size_t b);
+  void refresh_compute_params();
+  float* owned_master(int g);  // this rank's fp32 master piece of group g
+
+  StateOptions o_;
+  Communicator& comm_;
+  Device dev_, pdev_;
+  std::map<std::string, Shape> shapes_;
+  Plan plan_;
+  std::vector<int64_t> shard_off_;              // group -> offset inside this rank's shard arrays
+  std::vector<std::vector<int>> block_groups_;  // groups each block uses
+  std::vector<size_t> ready_block_;             // group -> block after whose backward its grads are complete
+  std::vector<GroupRt> rt_;
+  Binding bind_;
+  Tensor compute_;    // stages 0-2: full padded compute params
+  Tensor compute16_;  // 16-bit CUDA runs, stages 0-2: compute_ in 16 bits, what the products read
+  // Compact: compute_ keeps only the 256-element chunks of the flat layout that some op reads in f32, chunk k at
+  // slot f32_slots_[k] (-1: none), and the views of 16-bit-only weights are their 16-bit copies.
+  bool compact_ = false;
+  Tensor f32_slots_;
+  Tensor param_shard_;        // stage 3: this rank's compute-param shard
+  Tensor master_;             // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
+  Tensor grads_full_;         // stages 0-1
+  Tensor grads_shard_;        // stages 2-3
+  Tensor host_grad_;          // offload: this rank's gradient shard in host memory
+  Tensor offload_stage_;      // offload with device compute params: a group's rounded update on its way there
+  int64_t pinned_bytes_ = 0;  // host memory page-locked by pin_memory
+};
+
+}  // namespace zerorun::zero
