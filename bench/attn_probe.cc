@@ -130,10 +130,24 @@ void probe(const Shape& s, bool sweep) {
           head, fused ? "one, dQ atomics" : "two, deterministic", fused ? run - 1 : 0, ms, 2.5 * fl / ms / 1e9,
           m > 0 ? df / m : df);
   }
-  // Grouped-query heads: the one-kernel backward with the key-block work split over the query heads (gqa_split).
-  if (s.K < s.H) {
+  // Grouped-query heads: the one-kernel backward with the key-block work split over the query heads (gqa_split),
+  // variant 0, or each variant ATTN_PROBE_SPLIT lists (comma-separated) where the head size has it.
+  std::vector<int> split_cfgs;
+  for (const char* e = std::getenv("ATTN_PROBE_SPLIT"); e && *e;) {
+    split_cfgs.push_back(std::atoi(e));
+    e = std::strchr(e, ',');
+    if (e) ++e;
+  }
+  if (split_cfgs.empty()) split_cfgs.push_back(0);
+  for (int cfg : split_cfgs) {
+    if (s.K >= s.H || cfg >= tc_backward_configs(s.D)) continue;
+    try {  // (a variant without the split or the options fails before any launch: skipped)
+      tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, dq_acc, d, cfg, true);
+    } catch (const std::exception&) {
+      continue;
+    }
     const double ms = event_ms(
-        [&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, dq_acc, d, 0, true); });
+        [&] { tc_backward(true, qkv, nullptr, out, lse, dout, nullptr, dqkv, false, delta, dq_acc, d, cfg, true); });
     if (cudaDeviceSynchronize() != cudaSuccess) ZR_FAIL("backward with the grouped-query split failed");
     cudaMemcpy(gr.data(), dqkv, gr.size() * 2, cudaMemcpyDeviceToHost);
     double df = 0, m = 0;
@@ -143,8 +157,8 @@ void probe(const Shape& s, bool sweep) {
     }
     std::printf(
         "{\"probe\": \"zerorun tc attention bwd\", %s, \"kernels\": \"one, dQ atomics, grouped-query "
-        "split\", \"ms\": %.4f, \"tflops\": %.1f, \"max_rel_diff_vs_two_kernel\": %.3g}\n",
-        head, ms, 2.5 * fl / ms / 1e9, m > 0 ? df / m : df);
+        "split\", \"variant\": %d, \"ms\": %.4f, \"tflops\": %.1f, \"max_rel_diff_vs_two_kernel\": %.3g}\n",
+        head, cfg, ms, 2.5 * fl / ms / 1e9, m > 0 ? df / m : df);
   }
   std::printf(
       "{\"probe\": \"zerorun tc attention\", %s, \"fwd_ms\": %.4f, \"fwd_tflops\": %.1f, \"bwd_ms\": %.4f, "

@@ -29,14 +29,21 @@
 // heads split the key-block work over their query heads, dK and dV then added
 // with atomics too); the atomic-free alternative (ZERORUN_ATTN_ATOMICS=0) is one kernel
 // per key block and one per query block, seven products, the same bits every
-// run.
+// run. Candidates the probe sweeps (not yet defaults): FlashAttention-2's
+// backward warp layout (k_bwd_sd: P^T and dS^T through shared memory, no
+// product computed twice) at 96, 128 and 256, and its forward pipeline (one K
+// and one V buffer, PL: two blocks an SM at 256); ZERORUN_ATTN_FWD_TILING_D<D>
+// and ZERORUN_ATTN_BWD_VARIANT_D<D> make one the default for a run (env_default).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda_check.h"
 #include "flash_attention.h"
@@ -361,11 +368,14 @@ __device__ inline bool hidden(int t, int s, int f) { return s > t || s < f; }
 // K / V fragment read from shared memory feeds two products), NW warps a block, KT keys a streamed tile, QR: the
 // warp's Q fragments kept in registers (else re-read from shared memory every key tile, fewer registers), MB: the
 // blocks an SM the registers are sized for (0: the compiler's choice). Training uses tiling 0 (fwd_e lists them).
-template <int HS, int MT, int NW, int KT, bool QR, int MB>
+// PL: FlashAttention-2's pipeline, one K and one V buffer (half the shared memory: more blocks an SM at large head
+// sizes): V_j loads during S = Q K_j^T and its softmax, K_j+1 during O += P V_j.
+template <int HS, int MT, int NW, int KT, bool QR, int MB, bool PL = false>
 struct FwdCfg {
-  static constexpr int BQ = 16 * MT * NW;                                          // query rows a block
-  static constexpr size_t smem = 2 * (size_t)(BQ * LDof<HS> + 4 * KT * LDof<HS>);  // Q + double-buffered K, V
-  static constexpr int NT = KT / 8;                                                // n8 tiles of a score row
+  static constexpr int BQ = 16 * MT * NW;  // query rows a block
+  static constexpr size_t smem =
+      2 * (size_t)(BQ * LDof<HS> + (PL ? 2 : 4) * KT * LDof<HS>);  // Q + (double-buffered) K, V
+  static constexpr int NT = KT / 8;                                // n8 tiles of a score row
   static constexpr int kMinBlocks = MB > 0 ? MB : 1;
 };
 
@@ -434,15 +444,15 @@ __device__ inline void mm_pv(AccO<HS> (&acc)[MT], const AccN<NT> (&p)[MT], const
 
 // OPT: the sliding window, soft-capping and documents compiled in (else p.window, p.cap and p.pos are ignored: plain
 // causal attention, fewer registers).
-template <bool BF, int HS, int MT, int NW, int KT, bool QR, int MB, bool LPT, bool OPT>
-__global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMinBlocks))
+template <bool BF, int HS, int MT, int NW, int KT, bool QR, int MB, bool LPT, bool OPT, bool PL = false>
+__global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB, PL>::kMinBlocks))
     k_fwd(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, TcDims p) {
-  using Cfg = FwdCfg<HS, MT, NW, KT, QR, MB>;
+  using Cfg = FwdCfg<HS, MT, NW, KT, QR, MB, PL>;
   constexpr int BQ = Cfg::BQ, NT = Cfg::NT, QW = 16 * MT, LD = LDof<HS>;
   extern __shared__ __align__(128) uint16_t sm[];
   uint16_t* Qs = sm;            // [BQ][LD]
-  uint16_t* Ks = Qs + BQ * LD;  // [2][KT][LD]
-  uint16_t* Vs = Ks + 2 * KT * LD;
+  uint16_t* Ks = Qs + BQ * LD;  // [2][KT][LD] (PL: [KT][LD])
+  uint16_t* Vs = Ks + (PL ? 1 : 2) * KT * LD;
   const int3 tile = tile_of_block<LPT>();
   const int T = p.T, window = OPT ? p.window : 0;
   const bool cap = OPT && p.cap;
@@ -482,7 +492,7 @@ __global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMin
   const float f = cap ? 1.f : p.qk;  // logits -> log2 domain (capped ones already are)
   load_tile<HS, BQ>(Qs, qh, ld, q0, T);
   load_tile<HS, KT>(Ks, kh, ld, j0 * KT, T);
-  load_tile<HS, KT>(Vs, vh, ld, j0 * KT, T);
+  if constexpr (!PL) load_tile<HS, KT>(Vs, vh, ld, j0 * KT, T);
   cp_commit();
   Frag<HS> qf[QR ? MT : 1];  // unused without QR
   AccO<HS> o[MT];
@@ -495,22 +505,30 @@ __global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMin
     l[mt][0] = l[mt][1] = 0.f;
   }
   for (int j = j0; j < nk; ++j) {
-    const int buf = (j - j0) & 1;
-    if (j + 1 < nk) {
-      load_tile<HS, KT>(Ks + (buf ^ 1) * KT * LD, kh, ld, (j + 1) * KT, T);
-      load_tile<HS, KT>(Vs + (buf ^ 1) * KT * LD, vh, ld, (j + 1) * KT, T);
+    const int buf = PL ? 0 : (j - j0) & 1;
+    if constexpr (PL) {
+      cp_wait<0>();     // K_j
+      __syncthreads();  // (and every warp is done with V_j-1)
+      load_tile<HS, KT>(Vs, vh, ld, j * KT, T);
       cp_commit();
-      cp_wait<1>();
     } else {
-      cp_wait<0>();
+      if (j + 1 < nk) {
+        load_tile<HS, KT>(Ks + (buf ^ 1) * KT * LD, kh, ld, (j + 1) * KT, T);
+        load_tile<HS, KT>(Vs + (buf ^ 1) * KT * LD, vh, ld, (j + 1) * KT, T);
+        cp_commit();
+        cp_wait<1>();
+      } else {
+        cp_wait<0>();
+      }
+      __syncthreads();
     }
-    __syncthreads();
     if (QR && j == j0)
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) load_frag<HS>(qf[QR ? mt : 0], Qs + (warp * QW + mt * 16) * LD, lane);
     const int k0 = j * KT;
     // Else every key of the tile is after all of the warp's queries, or before all of their first keys.
-    if (k0 <= w0 + QW - 1 && !(OPT && k0 + KT - 1 < wmin)) {
+    const bool live = k0 <= w0 + QW - 1 && !(OPT && k0 + KT - 1 < wmin);
+    if (live) {
       mm_qk<BF, HS, MT, NT, QR>(s, qf, Qs + warp * QW * LD, Ks + buf * KT * LD, lane);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -554,9 +572,17 @@ __global__ void __launch_bounds__(32 * NW, (FwdCfg<HS, MT, NW, KT, QR, MB>::kMin
           l[mt][r] = l[mt][r] * corr + sum;  // this lane's part of the row sum
         }
       }
-      mm_pv<BF, HS, MT, NT>(o, s, Vs + buf * KT * LD, lane);
     }
-    __syncthreads();  // the buffer is refilled in the next iteration
+    if constexpr (PL) {
+      cp_wait<0>();     // V_j
+      __syncthreads();  // (and every warp is done with K_j)
+      if (j + 1 < nk) {
+        load_tile<HS, KT>(Ks, kh, ld, (j + 1) * KT, T);
+        cp_commit();
+      }
+    }
+    if (live) mm_pv<BF, HS, MT, NT>(o, s, Vs + buf * KT * LD, lane);
+    if constexpr (!PL) __syncthreads();  // the buffer is refilled in the next iteration
   }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
@@ -606,7 +632,7 @@ __device__ inline void atomic_rows(const AccN<NC / 8>& acc, float* dst, int row0
     float* d = dst + (size_t)r * HS + 2 * t;
 #pragma unroll
     for (int n = 0; n < NC / 8; ++n)
-      atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(acc[n][2 * half], acc[n][2 * half + 1]));
+      atomic_add2(d + 8 * n, acc[n][2 * half], acc[n][2 * half + 1]);
   }
 }
 // The query tiles after j0 whose queries see a key of [k0, k0 + keys): to the last key's window end.
@@ -699,7 +725,7 @@ __device__ inline void add_dq(AccN<NC / 8>& acc, const uint16_t* dSs, const uint
     float* d = dqh + (size_t)row * HS + 2 * t4;
 #pragma unroll
     for (int n = 0; n < NC / 8; ++n)
-      atomicAdd(reinterpret_cast<float2*>(d + 8 * n), make_float2(acc[n][2 * r], acc[n][2 * r + 1]));
+      atomic_add2(d + 8 * n, acc[n][2 * r], acc[n][2 * r + 1]);
   }
 }
 
@@ -990,6 +1016,204 @@ __global__ void __launch_bounds__(32 * kWarps, MB)
   }
 }
 
+// ---- backward: FlashAttention-2's warp layout (P^T and dS^T through shared memory) ---------------------------------
+// One kernel per block of KEYS = 16 * KMT * WK keys, 8 warps, the five products without duplicated work: warp
+// (kg, qg) computes S^T and dP^T for KMT m16 tiles of keys (key group kg of WK) against the query tile's queries
+// qg * QN .. +QN - 1 (QN = 64 / WQ, WK * WQ = 8 warps), writes P^T and dS^T (16-bit) to shared memory; then warp
+// (kg, dpart) adds dV += P^T dO and dK += dS^T Q for its keys and HS / WD of the columns (WD = 8 / WK), the A
+// operands read from shared memory, so each K, V, Q, dO fragment read feeds KMT or more products; dQ = dS K over
+// the block's keys as in k_bwd_kv (rows in 4 groups of 16, columns in 2 parts, DQP passes), added with atomics.
+// The dK, dV accumulators: 2 * KMT * HS / WD / 8 * 4 registers (128 at 128 / 4 / 2 and at 256 / 2 / 4).
+constexpr int kSdWarps = 8;
+constexpr int LDP = BR + 8;  // P^T, dS^T rows (keys) in shared memory: 64 queries + 8 (ldmatrix conflict-free)
+template <int HS, int KEYS, int NB>
+constexpr size_t sd_smem() {
+  return 2 * (size_t)(2 * KEYS * LDof<HS> + 2 * NB * TileOf<HS> + 2 * KEYS * LDP) + kRowSmem;
+}
+
+// acc[mt] += A_mt M: A = MT * 16 rows (shared, stride LDA) x 16 * KC columns (the k dimension), M = 16 * KC rows
+// (shared, stride LDof<HS>) x NC columns; each M fragment read feeds MT products.
+template <bool BF, int HS, int MT, int NC, int LDA, int KC>
+__device__ inline void mm_sa(AccN<NC / 8> (&acc)[MT], const uint16_t* A, const uint16_t* M, int lane) {
+  constexpr int LD = LDof<HS>;
+#pragma unroll
+  for (int kc = 0; kc < KC; ++kc) {
+    uint32_t a[MT][4];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) ldsm4(a[mt], A + (mt * 16 + (lane & 15)) * LDA + kc * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int np = 0; np < NC / 16; ++np) {
+      uint32_t b[4];
+      ldsm4_t(b, M + (kc * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + np * 16 + (lane >> 4) * 8);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        mma<BF>(acc[mt][2 * np], a[mt], b[0], b[1]);
+        mma<BF>(acc[mt][2 * np + 1], a[mt], b[2], b[3]);
+      }
+    }
+  }
+}
+
+template <bool BF, int HS, int KMT, int WK, int NB, int DQP, bool OPT, bool SP>
+__global__ void __launch_bounds__(32 * kSdWarps, 1)
+    k_bwd_sd(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
+             uint16_t* dqkv16, float* dq_acc, float* dkv_acc, TcDims p, bool acc) {
+  constexpr int LD = LDof<HS>, TILE = TileOf<HS>, KM = 16 * KMT, KEYS = KM * WK, WQ = kSdWarps / WK, QN = BR / WQ;
+  constexpr int NQ = QN / 8, WD = kSdWarps / WK, HC = HS / WD, NCQ = HS / 2 / DQP;
+  static_assert(NQ % 2 == 0 && HC % 16 == 0 && NCQ % 16 == 0, "whole ldmatrix x4 tiles");
+  extern __shared__ __align__(128) uint16_t sm[];
+  uint16_t* Ks = sm;                                       // [KEYS][LD]
+  uint16_t* Vs = Ks + KEYS * LD;                           // [KEYS][LD]
+  uint16_t* Qs = Vs + KEYS * LD;                           // [NB][BR][LD]
+  uint16_t* dOs = Qs + NB * TILE;                          // [NB][BR][LD]
+  uint16_t* Ps = dOs + NB * TILE;                          // [KEYS][LDP]: P^T of the query tile
+  uint16_t* dSs = Ps + KEYS * LDP;                         // [KEYS][LDP]: dS^T
+  float* Ls = reinterpret_cast<float*>(dSs + KEYS * LDP);  // [2][BR]
+  float* Ds = Ls + 2 * BR;                                 // [2][BR]
+  int* Fs = reinterpret_cast<int*>(Ds + 2 * BR);           // OPT: [2][BR]
+  int* Fb = Fs + 2 * BR;                                   // OPT: [2][2]
+  const int3 tile = tile_of_block<true>();
+  const int T = p.T, window = OPT ? p.window : 0;
+  const bool cap = OPT && p.cap;
+  const int b = tile.z, k0 = tile.x * KEYS, j0 = k0 / BR;
+  const int2 heads = SP ? kv_heads(tile.y, p) : make_int2(tile.y, tile.y * p.rep);
+  const int g = heads.x, h0 = heads.y;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane / 4, t4 = lane % 4;
+  const int kg = warp % WK, qg = warp / WK, dpart = warp / WK;  // S phase (kg, qg); dK / dV phase (kg, dpart)
+  const int kw = k0 + kg * KM;                                  // the warp's first key
+  const int qrow = warp % kWarps, qpart = warp / kWarps;        // dQ: 16 rows, half the columns
+  const int64_t ld = p.W;
+  const uint16_t* xb = qkv + (size_t)b * T * ld;
+  const uint16_t* db = dout + (size_t)b * T * p.O;
+  const int nj = kv_tiles_end_opt<OPT>(k0, KEYS, p, window, b) - j0, n_it = (SP ? p.rep / p.split : p.rep) * nj;
+  load_tile<HS, KEYS>(Ks, xb + (p.H + g) * HS, ld, k0, T);
+  load_tile<HS, KEYS>(Vs, xb + (p.H + p.K + g) * HS, ld, k0, T);
+  load_q_iter<HS, OPT>(Qs, dOs, Ls, Ds, Fs, Fb, 0, xb, db, lse, delta, p, b, kv_iter(0, h0, j0, nj));
+  AccN<HC / 8> dk[KMT], dv[KMT];
+  Frag<HS> nof[1];  // (mm_qk's unused fragments: A operands come from shared memory)
+#pragma unroll
+  for (int mt = 0; mt < KMT; ++mt) zero(dk[mt]), zero(dv[mt]);
+  for (int i = 0; i < n_it; ++i) {
+    const KvIter it = kv_iter(i, h0, j0, nj);
+    const int buf = NB == 2 ? i & 1 : 0;
+    if (NB == 2 && i + 1 < n_it) {
+      load_q_iter<HS, OPT>(Qs, dOs, Ls, Ds, Fs, Fb, buf ^ 1, xb, db, lse, delta, p, b, kv_iter(i + 1, h0, j0, nj));
+      cp_wait<1>();
+    } else {
+      if (NB == 1 && i > 0) load_q_iter<HS, OPT>(Qs, dOs, Ls, Ds, Fs, Fb, 0, xb, db, lse, delta, p, b, it);
+      cp_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* Qb = Qs + buf * TILE;
+    const uint16_t* dOb = dOs + buf * TILE;
+    const int rb = NB == 2 ? buf : 0;
+    const float* Lb = Ls + rb * BR;
+    const float* Db = Ds + rb * BR;
+    const int* Fq = Fs + rb * BR;
+    const int q0 = it.j * BR, qw = q0 + qg * QN;  // the tile's and the S-phase warp's first query
+    {
+      AccN<NQ> s[KMT], dp[KMT];
+      // Whether some query of the warp's sees some key of the warp's (else P^T = dS^T = 0), and whether to mask.
+      const bool live = qw + QN - 1 >= kw && !(OPT && Fb[2 * rb] > kw + KM - 1);
+      if (live) {
+        const uint16_t* Qw = Qb + qg * QN * LD;
+        const uint16_t* dOw = dOb + qg * QN * LD;
+        mm_qk<BF, HS, KMT, NQ, false>(s, nof, Ks + kg * KM * LD, Qw, lane);  // S^T = K Q^T
+        const bool masked_tile = qw < kw + KM - 1 || (OPT && Fb[2 * rb + 1] > kw);
+#pragma unroll
+        for (int mt = 0; mt < KMT; ++mt)
+#pragma unroll
+          for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int c = qg * QN + 8 * n + 2 * t4 + (e & 1);  // query within the tile
+              const bool masked = masked_tile && hidden(q0 + c, kw + mt * 16 + gr + 8 * (e >> 1), OPT ? Fq[c] : 0);
+              const float x = cap ? capped(s[mt][n][e], p) - Lb[c] : s[mt][n][e] * p.qk - Lb[c];
+              s[mt][n][e] = masked ? 0.f : ex2(x);  // P^T
+            }
+        mm_qk<BF, HS, KMT, NQ, false>(dp, nof, Vs + kg * KM * LD, dOw, lane);  // dP^T = V dO^T
+#pragma unroll
+        for (int mt = 0; mt < KMT; ++mt)
+#pragma unroll
+          for (int n = 0; n < NQ; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int c = qg * QN + 8 * n + 2 * t4 + (e & 1);
+              dp[mt][n][e] = s[mt][n][e] * (dp[mt][n][e] - Db[c]);  // dS^T
+              if (cap) dp[mt][n][e] *= dcap(s[mt][n][e], Lb[c], p);
+            }
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < KMT; ++mt) zero(s[mt]), zero(dp[mt]);
+      }
+#pragma unroll
+      for (int mt = 0; mt < KMT; ++mt)  // P^T, dS^T rows (keys) into shared memory, rounded as the products use them
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int n = 0; n < NQ; ++n) {
+            const int o = (kg * KM + mt * 16 + gr + 8 * r) * LDP + qg * QN + 8 * n + 2 * t4;
+            *reinterpret_cast<uint32_t*>(Ps + o) = pack2<BF>(s[mt][n][2 * r], s[mt][n][2 * r + 1]);
+            *reinterpret_cast<uint32_t*>(dSs + o) = pack2<BF>(dp[mt][n][2 * r], dp[mt][n][2 * r + 1]);
+          }
+    }
+    __syncthreads();
+    // dV += P^T dO, dK += dS^T Q (times the scale when written) over the tile's queries, unless every query is before
+    // every key of the warp (or, OPT, every key before every query's first key).
+    if (q0 + BR - 1 >= kw && !(OPT && Fb[2 * rb] > kw + KM - 1)) {
+      mm_sa<BF, HS, KMT, HC, LDP, BR / 16>(dv, Ps + kg * KM * LDP, dOb + dpart * HC, lane);
+      mm_sa<BF, HS, KMT, HC, LDP, BR / 16>(dk, dSs + kg * KM * LDP, Qb + dpart * HC, lane);
+    }
+    // dQ rows qrow * 16 .. +15 of the tile (unless all before the block's first key): dS K, columns qpart's.
+    if (q0 + qrow * 16 + 15 >= k0) {
+#pragma unroll
+      for (int ps = 0; ps < DQP; ++ps) {
+        const int c0 = qpart * (HS / 2) + ps * NCQ;
+        AccN<NCQ / 8> dq;
+        zero(dq);
+#pragma unroll
+        for (int kc = 0; kc < KEYS / 16; ++kc) {
+          if (k0 + kc * 16 <= q0 + qrow * 16 + 15) {  // (else keys after every row of the warp: dS = 0)
+            uint32_t a[4];
+            ldsm4_t(a, dSs + (kc * 16 + (lane >> 4) * 8 + (lane & 7)) * LDP + qrow * 16 + ((lane >> 3) & 1) * 8);
+            mm_a_rows<BF, HS, NCQ>(dq, a, Ks + c0, kc, lane);
+          }
+        }
+        float* dqh = dq_acc + ((size_t)b * p.H + it.h) * T * HS + c0;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = q0 + qrow * 16 + gr + 8 * r;
+          if (row >= T) continue;
+          float* d = dqh + (size_t)row * HS + 2 * t4;
+#pragma unroll
+          for (int n = 0; n < NCQ / 8; ++n)
+            atomic_add2(d + 8 * n, dq[n][2 * r], dq[n][2 * r + 1]);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  float* base = dqkv ? dqkv + (size_t)b * T * ld : nullptr;
+  uint16_t* base16 = dqkv16 ? dqkv16 + (size_t)b * T * ld : nullptr;
+  if (SP) {  // split: [2][B, K, T, HS] accumulators (k_kv_out writes them)
+    float* dka = dkv_acc + ((size_t)b * p.K + g) * T * HS + dpart * HC;
+#pragma unroll
+    for (int mt = 0; mt < KMT; ++mt) {
+      atomic_rows<HS, HC>(dk[mt], dka, kw + mt * 16, T, lane);
+      atomic_rows<HS, HC>(dv[mt], dka + (size_t)gridDim.z * p.K * T * HS, kw + mt * 16, T, lane);
+    }
+    return;
+  }
+  const int ko = (p.H + g) * HS + dpart * HC, vo = (p.H + p.K + g) * HS + dpart * HC;
+#pragma unroll
+  for (int mt = 0; mt < KMT; ++mt) {
+    add_rows<BF, HC>(dk[mt], base ? base + ko : nullptr, base16 ? base16 + ko : nullptr, ld, kw + mt * 16, T, lane,
+                     p.scale, acc);
+    add_rows<BF, HC>(dv[mt], base ? base + vo : nullptr, base16 ? base16 + vo : nullptr, ld, kw + mt * 16, T, lane, 1.f,
+                     acc);
+  }
+}
+
 // The accumulated dQ [B, H, T, HS] (times the scale) into the qkv gradient's q part: eight elements a thread.
 template <bool BF, int HS>
 __global__ void k_dq_out(const float* dq_acc, float* dqkv, uint16_t* dqkv16, int B, TcDims p, bool acc) {
@@ -1144,26 +1368,28 @@ void opt_in_smem(K kernel, size_t bytes) {
   ZR_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
-template <bool BF, int HS, int MT, int NW, int KT, bool QR, int MB, bool LPT, bool OPT>
+template <bool BF, int HS, int MT, int NW, int KT, bool QR, int MB, bool LPT, bool OPT, bool PL>
 void fwd_go(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
-  using Cfg = FwdCfg<HS, MT, NW, KT, QR, MB>;
-  static bool once = (opt_in_smem(k_fwd<BF, HS, MT, NW, KT, QR, MB, LPT, OPT>, Cfg::smem), true);
+  using Cfg = FwdCfg<HS, MT, NW, KT, QR, MB, PL>;
+  static bool once = (opt_in_smem(k_fwd<BF, HS, MT, NW, KT, QR, MB, LPT, OPT, PL>, Cfg::smem), true);
   (void)once;
   dim3 grid((p.T + Cfg::BQ - 1) / Cfg::BQ, p.H, B);
-  k_fwd<BF, HS, MT, NW, KT, QR, MB, LPT, OPT><<<grid, 32 * NW, Cfg::smem, cuda::stream()>>>(qkv, out, out16, lse, p);
+  k_fwd<BF, HS, MT, NW, KT, QR, MB, LPT, OPT, PL>
+      <<<grid, 32 * NW, Cfg::smem, cuda::stream()>>>(qkv, out, out16, lse, p);
   ZR_CUDA(cudaGetLastError());
 }
 // OPT: the variant with the window, soft-capping and documents where p asks for any (the sweep's tilings have none).
-template <bool BF, int HS, int MT, int NW, int KT, bool QR = true, int MB = 0, bool LPT = false, bool OPT = false>
+template <bool BF, int HS, int MT, int NW, int KT, bool QR = true, int MB = 0, bool LPT = false, bool OPT = false,
+          bool PL = false>
 void fwd_run(const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
   if (OPT && needs_opt(p))
-    fwd_go<BF, HS, MT, NW, KT, QR, MB, LPT, OPT>(qkv, out, out16, lse, B, p);
+    fwd_go<BF, HS, MT, NW, KT, QR, MB, LPT, OPT, PL>(qkv, out, out16, lse, B, p);
   else
-    fwd_go<BF, HS, MT, NW, KT, QR, MB, LPT, false>(qkv, out, out16, lse, B, p);
+    fwd_go<BF, HS, MT, NW, KT, QR, MB, LPT, false, PL>(qkv, out, out16, lse, B, p);
 }
 
 // The forward tilings the probe sweeps: {MT, NW, KT, Q in registers, blocks an SM}; 0 is the one training uses.
-constexpr int kFwdCfgs64 = 13, kFwdCfgsN = 4;
+constexpr int kFwdCfgs64 = 13, kFwdCfgsN = 6;
 template <bool BF>
 void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, float* lse, int B, const TcDims& p) {
   ZR_CHECK(cfg == 0 || D != 64 || !needs_opt(p), "attention forward tiling ", cfg,
@@ -1235,6 +1461,24 @@ void fwd_e(int cfg, int D, const uint16_t* qkv, float* out, uint16_t* out16, flo
       default:
         break;
     }
+  } else if (cfg == 4 || cfg == 5) {  // FlashAttention-2's pipeline (one K, one V buffer: PL)
+    const bool c4 = cfg == 4;
+    switch (D) {
+      case 80:
+        return c4 ? fwd_run<BF, 80, 2, 4, 64, false, 2, true, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 80, 1, 4, 64, true, 3, true, true, true>(qkv, out, out16, lse, B, p);
+      case 96:
+        return c4 ? fwd_run<BF, 96, 2, 4, 64, false, 2, true, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 96, 1, 4, 64, true, 3, true, true, true>(qkv, out, out16, lse, B, p);
+      case 128:
+        return c4 ? fwd_run<BF, 128, 2, 4, 64, false, 2, true, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 128, 1, 4, 64, true, 3, true, true, true>(qkv, out, out16, lse, B, p);
+      case 256:
+        return c4 ? fwd_run<BF, 256, 1, 4, 64, false, 2, true, true, true>(qkv, out, out16, lse, B, p)
+                  : fwd_run<BF, 256, 1, 4, 64, true, 2, true, true, true>(qkv, out, out16, lse, B, p);
+      default:
+        break;
+    }
   }
   ZR_FAIL("attention forward tiling ", cfg, " does not exist at head size ", D);
 }
@@ -1258,16 +1502,20 @@ const char* fwd_name(int D, int cfg) {
            : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
            : cfg == 2 ? "16 rows/warp, 8 warps, 32 keys, Q from smem, longest first"
            : cfg == 3 ? "16 rows/warp, 4 warps, 32 keys, Q from smem, longest first"
+           : cfg == 4 ? "FA2 pipeline (one K, one V buffer), 16 rows/warp, 4 warps, 64 keys, Q from smem, 2 blocks/SM"
+           : cfg == 5 ? "FA2 pipeline, 16 rows/warp, 4 warps, 64 keys, Q in registers, 2 blocks/SM"
                       : "?";
   return cfg == 0   ? "32 rows/warp, 4 warps, 64 keys, Q from smem, longest first"
          : cfg == 1 ? "16 rows/warp, 4 warps, 64 keys, Q in registers, longest first"
          : cfg == 2 ? "16 rows/warp, 8 warps, 64 keys, Q from smem, longest first"
          : cfg == 3 ? "32 rows/warp, 4 warps, 32 keys, Q from smem, 2 blocks/SM, longest first"
+         : cfg == 4 ? "FA2 pipeline (one K, one V buffer), 32 rows/warp, 4 warps, 64 keys, Q from smem, 2 blocks/SM"
+         : cfg == 5 ? "FA2 pipeline, 16 rows/warp, 4 warps, 64 keys, Q in registers, 3 blocks/SM"
                     : "?";
 }
 
 // The one-kernel backward's variants the probe sweeps; 0 trains.
-constexpr int kBwdCfgs64 = 8, kBwdCfgsN = 2, kBwdCfgs96 = 3, kBwdCfgs128 = 6;
+constexpr int kBwdCfgs64 = 8, kBwdCfgsN = 2, kBwdCfgs96 = 5, kBwdCfgs128 = 9, kBwdCfgs256 = 5;
 // A one-kernel backward: blocks of KEYS keys (a (key blocks, K, B) grid) and WARPS warps, SMEM bytes of shared memory.
 template <auto Kernel, int KEYS, size_t SMEM, int WARPS = kWarps>
 void bwd_one(const uint16_t* qkv, const uint16_t* dout, const float* lse, const float* delta, float* dqkv,
@@ -1292,6 +1540,24 @@ auto* bwd_pick(bool opt, bool sp) {
                    : bwd_kv_dq<BF, HS, MB, true, true, NB, true, CS, false, KW>)
              : (sp ? bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS, true, KW>
                    : bwd_kv_dq<BF, HS, MB, true, true, NB, false, CS, false, KW>);
+}
+
+// FlashAttention-2's layout (k_bwd_sd): KMT m16 tiles of keys a warp, WK key groups, NB Q / dO buffers, dQ in DQP
+// passes; FULL: also the variants with the options (else they fail: probe-only candidates).
+template <bool BF, int HS, int KMT, int WK, int NB, int DQP, bool FULL = true>
+auto* bwd_sd_pick(bool opt, bool sp) {
+  constexpr int KEYS = 16 * KMT * WK;
+  constexpr size_t SM = sd_smem<HS, KEYS, NB>();
+  if constexpr (FULL) {
+    if (opt)
+      return sp ? bwd_one<k_bwd_sd<BF, HS, KMT, WK, NB, DQP, true, true>, KEYS, SM, kSdWarps>
+                : bwd_one<k_bwd_sd<BF, HS, KMT, WK, NB, DQP, true, false>, KEYS, SM, kSdWarps>;
+  } else {
+    ZR_CHECK(!opt, "attention backward variant (FlashAttention-2 layout, ", KEYS,
+             " keys) has no sliding window, soft-capping or documents");
+  }
+  return sp ? bwd_one<k_bwd_sd<BF, HS, KMT, WK, NB, DQP, false, true>, KEYS, SM, kSdWarps>
+            : bwd_one<k_bwd_sd<BF, HS, KMT, WK, NB, DQP, false, false>, KEYS, SM, kSdWarps>;
 }
 
 // The two kernels at head size HS (dK, dV per key block; dQ per query block): atomic-free, or (dkv_acc, p.split > 1)
@@ -1393,7 +1659,7 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
       }
       run(qkv, dout, lse, delta, dqkv, dqkv16, dq_acc, dkv_acc, B, p, acc);
     } else {
-      constexpr int NCFG = HS == 128 ? kBwdCfgs128 : HS == 96 ? kBwdCfgs96 : kBwdCfgsN;
+      constexpr int NCFG = HS == 128 ? kBwdCfgs128 : HS == 96 ? kBwdCfgs96 : HS == 256 ? kBwdCfgs256 : kBwdCfgsN;
       ZR_CHECK(cfg >= 0 && cfg < NCFG, "attention backward variant ", cfg, " does not exist at head size ", HS, " (0..",
                NCFG - 1, ")");
       // Longest first. 64-key blocks (16 keys a warp); head size 256: one Q / dO buffer (shared memory) and dK, dV's
@@ -1408,13 +1674,26 @@ void bwd_h(const uint16_t* qkv, const float* out, const uint16_t* out16, const f
       const bool sp = p.split > 1;
       auto* run = bwd_pick<BF, HS, MB, NB, CS, kWarps>(opt, sp);
       bool pair = cfg == 1, pair8 = false;  // the two kernels (dK, dV by atomics where split)
+      // FlashAttention-2's layout (k_bwd_sd: P^T, dS^T through shared memory, 8 warps): 96: 3 = 128 keys (32 a
+      // warp, 2 warps over the queries), 4 = 64 keys (16 a warp). 128: 6 = 128 keys, 7 = the same with one Q / dO
+      // buffer, 8 = 64 keys. 256: 2 = 64 keys (32 a warp, 4 warps over the queries, dK / dV in column quarters), one
+      // Q / dO buffer, 3 = the same with two, 4 = 64 keys of 16 a warp, column halves.
       if constexpr (HS == 96) {
         if (cfg == 0) run = bwd_pick<BF, HS, 1, 2, 1, 8>(opt, sp);
+        if (cfg == 3) run = bwd_sd_pick<BF, HS, 2, 4, 2, 1>(opt, sp);
+        if (cfg == 4) run = bwd_sd_pick<BF, HS, 1, 4, 2, 1, false>(opt, sp);
       } else if constexpr (HS == 128) {
         if (cfg == 0) run = bwd_pick<BF, HS, 1, 1, 1, 8>(opt, sp);
         if (cfg == 2) run = bwd_pick<BF, HS, MB, 1, CS, kWarps>(opt, sp);
         if (cfg == 3) run = bwd_pick<BF, HS, 1, 2, 1, 8>(opt, sp);
+        if (cfg == 6) run = bwd_sd_pick<BF, HS, 2, 4, 2, 1>(opt, sp);
+        if (cfg == 7) run = bwd_sd_pick<BF, HS, 2, 4, 1, 1, false>(opt, sp);
+        if (cfg == 8) run = bwd_sd_pick<BF, HS, 1, 4, 2, 1, false>(opt, sp);
         pair = cfg == 4, pair8 = cfg == 5;
+      } else if constexpr (HS == 256) {
+        if (cfg == 2) run = bwd_sd_pick<BF, HS, 2, 2, 1, 2>(opt, sp);
+        if (cfg == 3) run = bwd_sd_pick<BF, HS, 2, 2, 2, 2, false>(opt, sp);
+        if (cfg == 4) run = bwd_sd_pick<BF, HS, 1, 4, 1, 2, false>(opt, sp);
       }
       if (pair) {
         bwd_two<BF, HS>(qkv, dout, lse, delta, dqkv, dqkv16, dkv_acc, B, p, acc);
@@ -1462,6 +1741,27 @@ void bwd_e(int D, const uint16_t* qkv, const float* out, const uint16_t* out16, 
 
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 bool tc_head_size(int64_t D) { return D == 64 || D == 80 || D == 96 || D == 128 || D == 256; }
+
+// A tuning knob for device calls (bench/attn_device.sh): ZERORUN_ATTN_FWD_TILING_D<D> and
+// ZERORUN_ATTN_BWD_VARIANT_D<D> name the forward tiling and the backward variant that cfg 0 (the default, what
+// training runs) stands for at head size D, so one call can run the tests and the training path on a candidate
+// before it becomes the default here. Unset: the defaults above.
+int env_default(bool fwd, int64_t D) {
+  static const std::array<int, 10> v = [] {
+    std::array<int, 10> a{};
+    const int ds[5] = {64, 80, 96, 128, 256};
+    for (int f = 0; f < 2; ++f)
+      for (int i = 0; i < 5; ++i) {
+        const std::string name =
+            std::string(f ? "ZERORUN_ATTN_FWD_TILING_D" : "ZERORUN_ATTN_BWD_VARIANT_D") + std::to_string(ds[i]);
+        const char* e = std::getenv(name.c_str());
+        a[f * 5 + i] = e && *e ? std::atoi(e) : 0;
+      }
+    return a;
+  }();
+  const int i = D == 64 ? 0 : D == 80 ? 1 : D == 96 ? 2 : D == 128 ? 3 : 4;
+  return v[(fwd ? 5 : 0) + i];
+}
 }  // namespace
 
 bool tc_supported(const AttnDims& d) {
@@ -1471,7 +1771,11 @@ bool tc_supported(const AttnDims& d) {
 const char* tc_head_sizes() { return "64, 80, 96, 128, 256"; }
 int tc_forward_configs(int64_t head_size) { return head_size == 64 ? kFwdCfgs64 : kFwdCfgsN; }
 int tc_backward_configs(int64_t head_size) {
-  return head_size == 64 ? kBwdCfgs64 : head_size == 128 ? kBwdCfgs128 : head_size == 96 ? kBwdCfgs96 : kBwdCfgsN;
+  return head_size == 64    ? kBwdCfgs64
+         : head_size == 128 ? kBwdCfgs128
+         : head_size == 96  ? kBwdCfgs96
+         : head_size == 256 ? kBwdCfgs256
+                            : kBwdCfgsN;
 }
 const char* tc_forward_config_name(int64_t head_size, int cfg) { return fwd_name((int)head_size, cfg); }
 
@@ -1481,6 +1785,7 @@ void tc_forward(bool bf16, const uint16_t* qkv, float* out, uint16_t* out16, flo
            "tensor-core attention needs 16-byte aligned qkv and an 8-byte aligned output");
   if (d.B * d.T == 0) return;
   const TcDims p = tc_dims(d);
+  if (cfg == 0) cfg = env_default(true, d.D);
   if (bf16)
     fwd_e<true>(cfg, (int)d.D, qkv, out, out16, lse, (int)d.B, p);
   else
@@ -1495,6 +1800,7 @@ void tc_backward(bool bf16, const uint16_t* qkv, const float* out, const uint16_
            "tensor-core attention needs 16-byte aligned qkv, output and output gradient");
   if (d.B * d.T == 0) return;
   const TcDims p = tc_dims(d);
+  if (cfg == 0 && dq_acc) cfg = env_default(false, d.D);
   if (bf16)
     bwd_e<true>((int)d.D, qkv, out, out16, lse, dout, dqkv, dqkv16, acc, delta, dq_acc, (int)d.B, p, cfg, gqa_split);
   else
