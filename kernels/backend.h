@@ -9,15 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/kernel_types.h"
 #include "zerorun/dtype.h"
 #include "zerorun/error.h"
 #include "zerorun/memory.h"
 
 namespace zerorun::kernels {
-
-using cpu::Act;
-using cpu::AttnDims;
 
 // Where a backward puts an input's gradient: acc adds to what is there; !acc
 // overwrites, for gradients the executor has just allocated (no zero-fill
@@ -132,8 +129,8 @@ class Backend {
   virtual void swiglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) = 0;
   virtual void geglu_fwd(Src g, Src u, Dst y, int64_t n) = 0;
   virtual void geglu_bwd(Src g, Src u, Src dy, Grad dg, Grad du, int64_t n) = 0;
-  virtual void unary_fwd(cpu::Unary op, float a, const float* x, float* y, int64_t n) = 0;
-  virtual void unary_bwd(cpu::Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) = 0;
+  virtual void unary_fwd(Unary op, float a, const float* x, float* y, int64_t n) = 0;
+  virtual void unary_bwd(Unary op, float a, const float* x, const float* dy, Grad dx, int64_t n) = 0;
   // Dropout with a counter-based mask (kernels/counter_rng.h), forward (y fresh) and backward (x = dy, y = dx).
   virtual void dropout(const rng::Dropout& d, const float* x, Grad y, int64_t n) = 0;
   // x[i, :] = 0 for the rows i < N (of C) whose ids[i] == value.
@@ -164,10 +161,10 @@ class Backend {
   // heads repeated, or the same layout as qkv (!repeat); the backward writes or adds (Grad) dqkv. Each side f32,
   // or 16-bit where activations16(). pos [B, T] (the device's memory; null: row r is at position r % T): each
   // row's position, in [0, n_pos) (the CUDA kernels clamp one outside; the CPU's is an error).
-  virtual void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                        const cpu::RopeFreqs& f, bool repeat, const int32_t* pos, int64_t n_pos) = 0;
-  virtual void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,
-                        const cpu::RopeFreqs& f, bool repeat, const int32_t* pos, int64_t n_pos) = 0;
+  virtual void rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
+                        bool repeat, const int32_t* pos, int64_t n_pos) = 0;
+  virtual void rope_bwd(Src dout, Grad dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
+                        bool repeat, const int32_t* pos, int64_t n_pos) = 0;
   // Flash-style attention (no T x T matrix): saves the per-row log-sum-exp
   // [B, H, T] instead of the probabilities; backward also reads the output.
   virtual bool has_flash_attention(const AttnDims&) const { return false; }

@@ -1,4 +1,6 @@
-// What this build contains and what it can see (for `zerorun report`).
+// What this build contains and what it can see (`zerorun report`, device checks, estimates). Core declares it: the
+// GPU queries are defined by the kernels layer (kernels/cuda/device.cu, or kernels/stub without CUDA), the rest by
+// src/core/build_info.cc; the report's text is the CLI's (src/cli/report.cc).
 #pragma once
 #include <string>
 
@@ -21,6 +23,5 @@ GpuInfo query_gpus();  // implemented by kernels/cuda or kernels/stub
 bool cuda_archs_run_on(const std::string& archs, int sm);
 // Empty when this build's kernels run on CUDA device `device`, else why not and how to rebuild.
 std::string gpu_arch_problem(int device);
-std::string build_report();
 
 }  // namespace zerorun

@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "zerorun/aio_config.h"
 #include "zerorun/dtype.h"
 #include "zerorun/memory.h"
-#include "zerorun/nvme.h"
 
 namespace zerorun {
 

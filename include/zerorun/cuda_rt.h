@@ -1,34 +1,23 @@
-// The small slice of the CUDA runtime the core needs (allocation, copies,
-// device selection), so core code has no CUDA headers and no #ifdefs. A
-// CPU-only build links kernels/stub/, whose versions throw "not built".
+// The slice of the CUDA runtime the layers above kernels use (device selection, streams, graphs; the device memory
+// core's storage needs is in device_memory.h), so their code has no CUDA headers and no #ifdefs. Implemented by
+// kernels/cuda/runtime.cu; a CPU-only build links kernels/stub/, whose versions throw "not built".
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "zerorun/device_memory.h"
+
 namespace zerorun::cuda {
 
-bool available();  // built with CUDA and at least one GPU visible
 int device_count();
 void set_device(int index);
 int current_device();
 std::string pci_bus_id(int device);     // "0000:19:00.0": the same GPU however CUDA_VISIBLE_DEVICES numbers it
 bool is_device_pointer(const void* p);  // memory on a GPU (false for host, pinned host and unknown pointers)
-// Caching allocator: freed blocks are kept for reuse by size class. Out of memory, the error says what the block
-// was for (`what`, e.g. "params"), what this rank holds per category, and how to fit.
-void* device_alloc(size_t bytes, int device, const char* what = "scratch");
-// Page-locks host memory already allocated (cudaHostRegister), so copies to and from GPUs are direct DMA; false
-// with the reason in *why where it cannot (no CUDA, the memlock limit, ...). Undone by host_unregister.
-bool host_register(void* p, size_t bytes, std::string* why);
-void host_unregister(void* p);
-void device_free(void* p, size_t bytes, int device);
-void device_memset0(void* p, size_t bytes);
-void device_fill_ff(void* p, size_t bytes);           // every byte 0xFF (NaN in f32/bf16/f16): poisoned memory
-void copy(void* dst, const void* src, size_t bytes);  // any direction, synchronous
 // Host to device without waiting for the device: src is copied into a pinned staging buffer, then queued.
 void upload(void* dst, const void* src, size_t bytes);
-void synchronize();
 size_t cached_bytes();  // held by the allocator but not in use
 
 // A CUDA graph of the work queued on the stream between begin_capture and end_capture, replayed by launch()

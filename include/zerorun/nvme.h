@@ -9,16 +9,9 @@
 #include <string>
 #include <vector>
 
-namespace zerorun::zero {
+#include "zerorun/aio_config.h"
 
-// DeepSpeed's "aio" block (defaults of DeepSpeed 0.19.5).
-struct AioConfig {
-  int64_t block_size = 1048576;  // bytes a request (a chunk's moment is split into requests of this size)
-  int queue_depth = 8;           // requests in flight (io_uring entries)
-  int thread_count = 1;          // DeepSpeed's intra_op_parallelism: accepted; one ring serves a rank
-  bool single_submit = false;    // submit each request alone instead of in batches
-  bool overlap_events = true;    // read ahead / write behind while the optimizer computes (false: one at a time)
-};
+namespace zerorun::zero {
 
 // The states of n elements (`arrays` arrays of `elem_bytes` each, e.g. exp_avg and exp_avg_sq) in one file.
 class NvmeStates {

@@ -9,12 +9,10 @@
 #include <vector>
 
 #include "zerorun/comm.h"
+#include "zerorun/hash.h"
 #include "zerorun/model.h"
 
 namespace zerorun {
-
-constexpr uint64_t kFnvOffset = 1469598103934665603ull;
-uint64_t fnv1a(const void* data, size_t n, uint64_t h = kFnvOffset);
 
 // Tensor names, shapes, the graph hash, and every 997th element of each tensor (an init with another seed, or
 // trained weights, differ in all of them); of an opened model.bin, its header and 64 pieces of each tensor's bytes.

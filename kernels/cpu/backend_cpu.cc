@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/optim_math.h"
 #include "zerorun/error.h"
 

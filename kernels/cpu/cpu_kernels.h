@@ -7,9 +7,18 @@
 #include <cmath>
 #include <cstdint>
 
-#include "kernels/counter_rng.h"
+#include "kernels/kernel_types.h"
 
 namespace zerorun::kernels::cpu {
+
+// The option types both backends take (kernels/kernel_types.h), under their cpu:: names too.
+using kernels::Act;
+using kernels::AttnDims;
+using kernels::rope_angle;
+using kernels::RopeFreqs;
+using kernels::Unary;
+using kernels::unary_grad;
+using kernels::unary_value;
 
 // C[M,N] = alpha * op(A) * op(B) + beta * C, row-major (OpenBLAS sgemm).
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, const float* B,
@@ -34,32 +43,12 @@ void swiglu_bwd(const float* g, const float* u, const float* dy, float* dg, floa
 void geglu_fwd(const float* g, const float* u, float* y, int64_t n);
 void geglu_bwd(const float* g, const float* u, const float* dy, float* dg, float* du, int64_t n);
 
-// One-parameter pointwise maps, shared with CUDA: y = a x (an embedding scale), a tanh(x / a) (Gemma 2's logit
-// soft-capping), x + a (Gemma's (1 + w) norm weights).
-enum class Unary { Scale, Softcap, Shift };
-#ifdef __CUDACC__
-__host__ __device__
-#endif
-    inline float
-    unary_value(Unary op, float a, float x) {
-  return op == Unary::Scale ? a * x : op == Unary::Softcap ? a * tanhf(x / a) : x + a;
-}
-#ifdef __CUDACC__
-__host__ __device__
-#endif
-    inline float
-    unary_grad(Unary op, float a, float x) {
-  if (op != Unary::Softcap) return op == Unary::Scale ? a : 1.f;
-  const float t = tanhf(x / a);
-  return 1.f - t * t;
-}
 void unary_fwd(Unary op, float a, const float* x, float* y, int64_t n);
 void unary_bwd(Unary op, float a, const float* x, const float* dy, float* dx, int64_t n);
 // Dropout (kernels/counter_rng.h): y[i] = (acc ? y[i] : 0) + (kept(i) ? x[i] * scale : 0). Its own backward too
 // (x = dy, y = dx): the mask is regenerated, never stored.
 void dropout(const rng::Dropout& d, const float* x, float* y, bool acc, int64_t n);
 
-enum class Act { Gelu, Relu, Silu };
 void act_fwd(Act act, const float* x, float* y, int64_t n);
 void act_bwd(Act act, const float* x, const float* dy, float* dx, int64_t n);
 
@@ -85,18 +74,6 @@ void qk_norm_bwd(const float* x, const float* wq, const float* wk, const float* 
 // heads); without, the output keeps the input's layout. The angle of position t, pair i: t * inv[i] as an f32
 // product, as transformers computes it; a double for cos/sin, each rounded to f32 and times `scale` (YaRN's
 // attention factor, else 1), so the CPU and CUDA kernels get the same bits.
-struct RopeFreqs {
-  static constexpr int kMaxPairs = 128;  // head size 256
-  float inv[kMaxPairs] = {};
-  float scale = 1.f;
-};
-#ifdef __CUDACC__
-__host__ __device__
-#endif
-    inline double
-    rope_angle(int64_t t, int64_t i, const RopeFreqs& f) {
-  return static_cast<double>(static_cast<float>(t) * f.inv[i]);
-}
 // pos [B, T] (null: row r is at position r % T): each row's position instead (packed documents restart at 0;
 // incremental decoding continues a sequence), each in [0, n_pos).
 void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
@@ -104,43 +81,6 @@ void rope_fwd(const float* qkv, float* out, int64_t B, int64_t T, int64_t H, int
 // dqkv += the gradient through rope_fwd of dout (a repeated key/value head sums over its H / K copies).
 void rope_bwd(const float* dout, float* dqkv, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D, const RopeFreqs& f,
               bool repeat, const int32_t* pos = nullptr, int64_t n_pos = 0);
-
-// Attention's sizes and options (the attention op's attributes). qkv [B, T, (H + 2K) D]: H query heads, then K
-// key heads, then K value heads, D features each, heads contiguous; out [B, T, H D]. Query head h reads key/value
-// head h / (H / K) in place (grouped-query attention; K = H: multi-head). scale multiplies q.k; window > 0: query t
-// sees key s iff s <= t and t - s < window (sliding window; 0: every s <= t); softcap > 0: the score is
-// softcap * tanh(scale q.k / softcap) (Gemma 2), before the mask and the softmax.
-struct AttnDims {
-  int64_t B = 0, T = 0, H = 0, K = 0, D = 0;
-  float scale = 0.f;
-  int64_t window = 0;
-  float softcap = 0.f;
-  // Per-document attention for packed sequences: pos [B, T] (null: one document a row) holds each token's position
-  // in its document, so query t of row b sees no key before t - pos[b, t] (its document's first token). On CUDA pos
-  // is device memory. Combined with the causal mask and the window.
-  const int32_t* pos = nullptr;
-  // Dropout of the attention probabilities in training (threshold 0: none): probability (b, h, t, s) is kept, times
-  // drop.scale, where kernels/counter_rng.h keeps counter drop.counter0 + ((b H + h) T + t) T + s.
-  rng::Dropout drop;
-  int64_t width() const { return (H + 2 * K) * D; }  // a qkv row
-  int64_t out_width() const { return H * D; }        // an output row
-  int64_t rep() const { return H / K; }              // query heads per key/value head
-  // The first key query t sees.
-  int64_t first_key(int64_t t) const { return window > 0 && t >= window ? t - window + 1 : 0; }
-  // The dropout factor of probability (b, h, t, s): 0 or drop.scale (1 without dropout).
-  float drop_factor(int64_t b, int64_t h, int64_t t, int64_t s) const {
-    if (drop.threshold == 0) return 1.f;
-    const uint64_t c = drop.counter0 + static_cast<uint64_t>(((b * H + h) * T + t) * T + s);
-    return rng::dropout_keep(drop.key, c, drop.threshold) ? drop.scale : 0.f;
-  }
-  // The first key query t of row b sees (window and document; host pointers only).
-  int64_t first_key(int64_t b, int64_t t) const {
-    const int64_t w = first_key(t);
-    if (!pos) return w;
-    const int64_t doc = t - pos[b * T + t];
-    return doc > w ? doc : w;
-  }
-};
 
 // Causal self-attention (AttnDims) from qkv to out; probs [B, H, T, T] (the softmax, zero where masked) is saved
 // for backward.

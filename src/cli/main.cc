@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "crash_handler.h"
+#include "report.h"
 #include "sample_cmd.h"
 #include "zerorun/build_info.h"
 #include "zerorun/config.h"

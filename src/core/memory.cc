@@ -6,7 +6,7 @@
 #include <mutex>
 #include <new>
 
-#include "zerorun/cuda_rt.h"
+#include "zerorun/device_memory.h"
 #include "zerorun/error.h"
 #include "zerorun/platform.h"
 

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <vector>
 
-#include "zerorun/cuda_rt.h"
+#include "zerorun/device_memory.h"
 
 namespace zerorun::profile {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "zerorun/cuda_rt.h"
+#include "zerorun/device_memory.h"
 
 namespace zerorun {
 

@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "zerorun/fsutil.h"
+#include "zerorun/hash.h"
 #include "zerorun/platform.h"
-#include "zerorun/rank_agreement.h"
 #include "zerorun/rng.h"
 
 namespace zerorun {

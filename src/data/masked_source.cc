@@ -4,7 +4,7 @@
 
 #include "zerorun/data.h"
 #include "zerorun/error.h"
-#include "zerorun/rank_agreement.h"
+#include "zerorun/hash.h"
 
 namespace zerorun {
 namespace {

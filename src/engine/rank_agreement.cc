@@ -9,12 +9,6 @@
 
 namespace zerorun {
 
-uint64_t fnv1a(const void* data, size_t n, uint64_t h) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 uint64_t model_fingerprint(const Model& m) {
   uint64_t h = fnv1a(m.graph_hash.data(), m.graph_hash.size());
   if (m.tensors.empty() && m.file) {

@@ -14,7 +14,7 @@
 namespace zerorun {
 
 namespace ops {
-kernels::cpu::RopeFreqs rope_freqs(const Node& n, int64_t D, int64_t T);  // rope.cc
+kernels::RopeFreqs rope_freqs(const Node& n, int64_t D, int64_t T);  // rope.cc
 }
 
 struct Decoder::Impl {

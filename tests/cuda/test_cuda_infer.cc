@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "op_compare.h"
 
 using namespace zerorun;

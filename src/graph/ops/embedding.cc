@@ -69,7 +69,7 @@ class Embedding : public Op {
     else if (c.node->attrs.contains("padding_idx")) {  // the gradient without the padding token's positions
       const Tensor& dy = c.dout[0];
       Tensor d = new_out(dy.shape(), device_of(c));
-      be(c).unary_fwd(kernels::cpu::Unary::Scale, 1.f, dy.f32(), d.f32(), dy.numel());
+      be(c).unary_fwd(kernels::Unary::Scale, 1.f, dy.f32(), d.f32(), dy.numel());
       be(c).zero_rows(ids.i32(), static_cast<int32_t>(attr_int(*c.node, "padding_idx")), d.f32(), ids.numel(), C);
       be(c).embedding_bwd(ids.i32(), d.f32(), dw.f32(), ids.numel(), C, dw.dim(0));
     } else {

@@ -104,7 +104,7 @@ inline QkvHeads qkv_heads(const Node& n, int64_t width) {
 inline Tensor offset_weight(const NodeCtx& c, const Tensor& w, float offset) {
   if (offset == 0.f) return w;
   Tensor s = Tensor::uninit(w.shape(), DType::F32, MemCategory::Activations, w.device());
-  be(c).unary_fwd(kernels::cpu::Unary::Shift, offset, w.f32(), s.f32(), w.numel());
+  be(c).unary_fwd(kernels::Unary::Shift, offset, w.f32(), s.f32(), w.numel());
   return s;
 }
 

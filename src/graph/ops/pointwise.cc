@@ -7,7 +7,7 @@ namespace zerorun::ops {
 namespace {
 class Unary : public Op {
  public:
-  Unary(kernels::cpu::Unary op, const char* attr) : op_(op), attr_(attr) {}
+  Unary(kernels::Unary op, const char* attr) : op_(op), attr_(attr) {}
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
     expect_inputs(in, 1);
@@ -32,14 +32,14 @@ class Unary : public Op {
   float param(const Node& n) const {
     ZR_CHECK(n.attrs.contains(attr_), "attribute '", attr_, "' is required");
     const float a = attr_float(n, attr_, 0.f);
-    ZR_CHECK(op_ == kernels::cpu::Unary::Scale ? a != 0.f : a > 0.f, "attribute '", attr_, "' must be ",
-             op_ == kernels::cpu::Unary::Scale ? "non-zero" : "positive", ", got ", a);
+    ZR_CHECK(op_ == kernels::Unary::Scale ? a != 0.f : a > 0.f, "attribute '", attr_, "' must be ",
+             op_ == kernels::Unary::Scale ? "non-zero" : "positive", ", got ", a);
     return a;
   }
-  kernels::cpu::Unary op_;
+  kernels::Unary op_;
   const char* attr_;
 };
 }  // namespace
-std::unique_ptr<Op> make_scale() { return std::make_unique<Unary>(kernels::cpu::Unary::Scale, "factor"); }
-std::unique_ptr<Op> make_softcap() { return std::make_unique<Unary>(kernels::cpu::Unary::Softcap, "cap"); }
+std::unique_ptr<Op> make_scale() { return std::make_unique<Unary>(kernels::Unary::Scale, "factor"); }
+std::unique_ptr<Op> make_softcap() { return std::make_unique<Unary>(kernels::Unary::Softcap, "cap"); }
 }  // namespace zerorun::ops

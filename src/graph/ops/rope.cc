@@ -21,8 +21,8 @@ struct RopeDims {
 RopeDims dims_of(const Node& n, int64_t width) {
   const QkvHeads h = qkv_heads(n, width);
   ZR_CHECK(h.D % 2 == 0, "rope needs an even head size, got ", h.D);
-  ZR_CHECK(h.D / 2 <= kernels::cpu::RopeFreqs::kMaxPairs, "rope: head size ", h.D, " is above the largest supported, ",
-           2 * kernels::cpu::RopeFreqs::kMaxPairs);
+  ZR_CHECK(h.D / 2 <= kernels::RopeFreqs::kMaxPairs, "rope: head size ", h.D, " is above the largest supported, ",
+           2 * kernels::RopeFreqs::kMaxPairs);
   return {h.H, h.K, h.D, attr_bool(n, "repeat_kv", true)};
 }
 
@@ -42,7 +42,7 @@ double num(const json& o, const char* key, double def, bool optional = false) {
 // The frequency table of a rope node at sequence length T: transformers' inv_freq for the node's rope type
 // (modeling_rope_utils: _compute_{default,linear_scaling,dynamic_ntk,llama3,yarn}_parameters), computed in double
 // and rounded to f32, and the attention factor cos/sin are scaled by.
-kernels::cpu::RopeFreqs rope_freqs(const Node& n, int64_t D, int64_t T) {
+kernels::RopeFreqs rope_freqs(const Node& n, int64_t D, int64_t T) {
   const double theta = attr_float(n, "theta", 10000.f);
   ZR_CHECK(theta > 1.0, "attribute 'theta' must be > 1, got ", theta);
   const json sc = n.attrs.value("scaling", json());
@@ -129,7 +129,7 @@ kernels::cpu::RopeFreqs rope_freqs(const Node& n, int64_t D, int64_t T) {
     ZR_FAIL("attribute 'scaling': rope_type ", json(type).dump(),
             " is not supported (default, linear, dynamic, llama3 and yarn are)");
   }
-  kernels::cpu::RopeFreqs f;
+  kernels::RopeFreqs f;
   for (int64_t i = 0; i < half; ++i) f.inv[i] = static_cast<float>(inv[static_cast<size_t>(i)]);
   f.scale = static_cast<float>(scale);
   return f;

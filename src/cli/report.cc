@@ -1,32 +1,18 @@
-// Build features and library versions for `zerorun report`.
-#include "zerorun/build_info.h"
-#include "zerorun/comm.h"
+// `zerorun report`: build features, library versions and the GPUs this process sees.
+#include "report.h"
 
 #include <cblas.h>
 #include <mpi.h>
 #include <omp.h>
 
-#include <cstdlib>
 #include <sstream>
+
+#include "zerorun/build_info.h"
+#include "zerorun/comm.h"
 
 extern "C" char* openblas_get_config(void);
 
 namespace zerorun {
-
-bool cuda_archs_run_on(const std::string& archs, int sm) {
-  if (archs.empty()) return true;
-  std::stringstream ss(archs);
-  std::string a;
-  while (std::getline(ss, a, ';')) {
-    const bool real_only = a.size() > 5 && a.compare(a.size() - 5, 5, "-real") == 0;
-    const bool virt_only = a.size() > 8 && a.compare(a.size() - 8, 8, "-virtual") == 0;
-    const int v = std::atoi(a.c_str());
-    if (v <= 0) return true;  // "native", "all", "all-major", OFF: nvcc chose; cannot tell, let CUDA decide
-    if (!virt_only && v == sm) return true;  // code for this GPU
-    if (!real_only && v <= sm) return true;  // PTX the driver compiles for it
-  }
-  return false;
-}
 
 std::string build_report() {
   std::ostringstream os;
