@@ -77,9 +77,6 @@ HEADERS = {
 
 # Includes that point the wrong way today, each with the issue that removes it. Keep this list short.
 EXCEPTIONS = {
-    # The checkpoint code defines Engine's private methods; it will read shards through src/zero's ShardedState
-    # (issue 33 item 1, in progress).
-    ("src/checkpoint/checkpoint.cc", "include/zerorun/engine.h"): "issue 33 item 1",
     # Today's wrong-way includes, removed one by one by the commits that fix them (issue 33 item 2).
 }
 

@@ -1,13 +1,33 @@
-// Checkpoint layout helpers shared by the engine (save/load) and
-// `zerorun merge`: manifest reading with integrity checks, and resolving
-// "latest" / tags to directories.
+// Sharded checkpoints: the shards written and read through ZeRO's state (the ranges each rank keeps) and the
+// optimizer, for the engine's save/load; and the layout helpers shared with `zerorun merge`: manifest reading with
+// integrity checks, and resolving "latest" / tags to directories.
 #pragma once
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
+namespace zerorun {
+class Communicator;
+class Optimizer;
+namespace zero {
+class ShardedState;
+}
+}  // namespace zerorun
+
 namespace zerorun::ckpt {
+
+// Writes save_dir/<tag>/ (collective): this rank's shard (fp32 master and optimizer states over the ranges zs names
+// for it), then, once every rank confirmed its shard (size and crc32), rank 0 writes manifest.json, made of
+// fields() (the caller's counters and settings, called on rank 0 only) with the parameters' shapes and per-rank
+// ranges and the shards' sizes and checksums, then `latest`.
+void save(const std::string& save_dir, const std::string& tag, const std::function<nlohmann::json()>& fields,
+          zero::ShardedState& zs, Optimizer& opt, Communicator& comm);
+// Reads this rank's ranges of the checkpoint in dir (manifest m, from read_manifest) into zs (master and compute
+// copies) and opt (states), at any world size and stage: the sizes of every shard and the checksums of the ones
+// read are checked first. The caller then restores its counters and calls zs.after_load().
+void load_shards(const std::string& dir, const nlohmann::json& m, zero::ShardedState& zs, Optimizer& opt);
 
 // save_dir + "latest"/"global_step<N>"/a checkpoint directory -> the
 // checkpoint directory (throws naming what is missing).

@@ -12,12 +12,13 @@
 #include <filesystem>
 #include <thread>
 
-#include "zerorun/engine.h"
 #include "zerorun/fsutil.h"
 #include "zerorun/model.h"
+#include "zerorun/optim.h"
 #include "zerorun/platform.h"
 #include "zerorun/safetensors.h"
 #include "zerorun/strict_json.h"
+#include "zerorun/zero_state.h"
 
 namespace zerorun {
 
@@ -218,7 +219,7 @@ std::vector<Piece> pieces_for(const nlohmann::json& m, const std::string& param,
 
 }  // namespace ckpt
 
-// ---- engine side: the shards through ZeRO's state (zero::ShardedState) ------------------------------
+// ---- the shards, through ZeRO's state (zero::ShardedState) and the optimizer ------------------------------------
 
 namespace {
 
@@ -253,15 +254,15 @@ void state_io(Optimizer& opt, zero::ShardedState& zs, int k, int p, int64_t elem
 
 }  // namespace
 
-std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann::json& client_state) {
-  settle();
-  const int r = comm_.rank(), W = comm_.size();
-  const std::string tag = "global_step" + std::to_string(global_step_);
+namespace ckpt {
+
+void save(const std::string& save_dir, const std::string& tag, const std::function<nlohmann::json()>& fields,
+          zero::ShardedState& zs, Optimizer& opt, Communicator& comm) {
+  const int r = comm.rank(), W = comm.size();
   const std::string dir = save_dir + "/" + tag;
   if (r == 0) make_dirs(dir);
-  comm_.barrier();
-  auto states = opt_->state();
-  zero::ShardedState& zs = *state_;
+  comm.barrier();
+  auto states = opt.state();
   const zero::Plan& plan = zs.plan();
   // 1. This rank's shard.
   std::vector<SafetensorsWriteItem> items;
@@ -274,11 +275,11 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
     items.push_back({name + ".master", mt});
     for (size_t k = 0; k < states.size(); ++k) {
       Tensor st = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
-      state_io(*opt_, zs, static_cast<int>(k), static_cast<int>(p), rg.begin, rg.size(), st.f32(), false);
+      state_io(opt, zs, static_cast<int>(k), static_cast<int>(p), rg.begin, rg.size(), st.f32(), false);
       items.push_back({name + "." + states[k].first, st});
     }
   }
-  const std::string shard = ckpt::shard_name(r);
+  const std::string shard = shard_name(r);
   write_safetensors(dir + "/" + shard, items, {{"format", "zerorun.checkpoint.shard"}, {"rank", std::to_string(r)}});
   if (const char* f = std::getenv("ZERORUN_FAULT_INJECT")) {  // testing: die between shard and confirmation
     std::string want = "die_after_shard:" + std::to_string(r);
@@ -296,69 +297,43 @@ std::string Engine::save_checkpoint(const std::string& save_dir, const nlohmann:
   int32_t mine[3] = {static_cast<int32_t>(crc), static_cast<int32_t>(bytes & 0xffffffffu),
                      static_cast<int32_t>(bytes >> 32)};
   std::vector<int32_t> all(static_cast<size_t>(3 * W));
-  comm_.all_gather(mine, all.data(), 3, DType::I32);
-  // 3. Manifest, then `latest` (rank 0).
+  comm.all_gather(mine, all.data(), 3, DType::I32);
+  // 3. Manifest (the caller's fields, the parameters' ranges per rank, the shards' sizes and checksums), then
+  // `latest` (rank 0).
   if (r == 0) {
-    nlohmann::json m;
-    m["format"] = "zerorun.checkpoint";
-    m["version"] = 1;
-    m["tag"] = tag;
-    m["step"] = global_step_;
-    m["updates"] = updates_;
-    m["samples"] = samples_seen();
-    m["world_size"] = W;
-    m["zero_stage"] = stage_;
-    m["precision"] = precision_name(cfg_.precision);
-    m["graph_hash"] = model_.graph_hash;
-    m["graph"] = model_.graph.to_json();
-    m["config"] = cfg_.raw;
-    m["optimizer"] = {{"type", cfg_.optimizer.type}, {"steps", opt_->steps()}, {"states", json::array()}};
-    for (auto& [n, t] : states) m["optimizer"]["states"].push_back(n);
-    m["loss_scaler"] = scaler_->state();
-    m["scheduler"] = {{"type", cfg_.scheduler.type}, {"last_batch_iteration", updates_ - 1}};
-    m["data"] = {{"next_sample", samples_seen()}, {"seed", cfg_.train.seed}};
-    m["rng"] = {{"data_seed", cfg_.train.seed}, {"note", "training uses no other random state"}};
-    m["client_state"] = client_state;
-    json params = json::object();
+    nlohmann::json m = fields();
+    nlohmann::json params = nlohmann::json::object();
     for (size_t p = 0; p < plan.params.size(); ++p) {
       const zero::ParamSlot& s = plan.params[p];
-      json slices = json::array();
+      nlohmann::json slices = nlohmann::json::array();
       for (int rr = 0; rr < W; ++rr) {
         zero::Range rg = zs.ckpt_range(static_cast<int>(p), rr);
         if (!rg.empty()) slices.push_back({{"rank", rr}, {"begin", rg.begin}, {"end", rg.end}});
       }
-      params[s.name] = {{"shape", model_.shape(s.name)}, {"numel", s.numel}, {"slices", slices}};
+      params[s.name] = {{"shape", zs.shape(s.name)}, {"numel", s.numel}, {"slices", slices}};
     }
     m["params"] = params;
-    json files = json::object();
+    nlohmann::json files = nlohmann::json::object();
     for (int rr = 0; rr < W; ++rr) {
       char c[16];
       std::snprintf(c, sizeof c, "%08x", static_cast<uint32_t>(all[static_cast<size_t>(3 * rr)]));
       uint64_t b = static_cast<uint32_t>(all[static_cast<size_t>(3 * rr + 1)]) |
                    (static_cast<uint64_t>(static_cast<uint32_t>(all[static_cast<size_t>(3 * rr + 2)])) << 32);
-      files[ckpt::shard_name(rr)] = {{"bytes", b}, {"crc32", c}};
+      files[shard_name(rr)] = {{"bytes", b}, {"crc32", c}};
     }
     m["files"] = files;
     write_file_atomic(dir + "/manifest.json", m.dump(1));
     write_file_atomic(save_dir + "/latest", tag + "\n");
   }
-  comm_.barrier();
-  return tag;
+  comm.barrier();
 }
 
-nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::string& tag) {
-  settle();
-  const std::string dir = ckpt::resolve_dir(save_dir, tag);
-  nlohmann::json m = ckpt::read_manifest(dir, false);
+void load_shards(const std::string& dir, const nlohmann::json& m, zero::ShardedState& zs, Optimizer& opt) {
   const std::string mp = dir + "/manifest.json";
-  ZR_CHECK(m["graph_hash"] == model_.graph_hash, mp, ": checkpoint is of another model (graph ",
-           m["graph_hash"].get<std::string>(), ", this model.bin has graph ", model_.graph_hash, ")");
-  ZR_CHECK(m["optimizer"]["type"] == cfg_.optimizer.type, mp, ": checkpoint optimizer is ",
-           m["optimizer"]["type"].get<std::string>(), " but the config asks for ", cfg_.optimizer.type);
-  auto states = opt_->state();
+  auto states = opt.state();
   std::map<std::string, SafetensorsFile> headers;
   auto read_into = [&](const std::string& param, const std::string& kind, int64_t b, int64_t e, float* dst) {
-    for (auto& pc : ckpt::pieces_for(m, param, kind, b, e)) {
+    for (auto& pc : pieces_for(m, param, kind, b, e)) {
       auto it = headers.find(pc.file);
       if (it == headers.end()) it = headers.emplace(pc.file, read_safetensors_header(dir + "/" + pc.file)).first;
       const SafetensorsEntry* ent = it->second.find(pc.tensor);
@@ -369,7 +344,6 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
   };
   // Master weights read (zs.load_range): everything where the rank keeps a full f32 compute copy, else its own
   // shard; optimizer state: own shard (everything at stage 0).
-  zero::ShardedState& zs = *state_;
   const zero::Plan& plan = zs.plan();
   // Integrity first: sizes of every shard, checksums of the shards this rank reads.
   std::set<std::string> reads;
@@ -379,12 +353,12 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
              ": parameter '", s.name, "' is missing or has another size");
     zero::Range need = zs.load_range(static_cast<int>(p)), own = zs.own_range(static_cast<int>(p));
     if (!need.empty())
-      for (auto& pc : ckpt::pieces_for(m, s.name, "master", need.begin, need.end)) reads.insert(pc.file);
+      for (auto& pc : pieces_for(m, s.name, "master", need.begin, need.end)) reads.insert(pc.file);
     if (!own.empty())
       for (auto& st : states)
-        for (auto& pc : ckpt::pieces_for(m, s.name, st.first, own.begin, own.end)) reads.insert(pc.file);
+        for (auto& pc : pieces_for(m, s.name, st.first, own.begin, own.end)) reads.insert(pc.file);
   }
-  ckpt::verify_shards(dir, m, reads);
+  verify_shards(dir, m, reads);
   for (size_t p = 0; p < plan.params.size(); ++p) {
     const zero::ParamSlot& s = plan.params[p];
     const int pi = static_cast<int>(p);
@@ -398,21 +372,11 @@ nlohmann::json Engine::load_checkpoint(const std::string& save_dir, const std::s
       for (size_t k = 0; k < states.size(); ++k) {
         std::vector<float> st(static_cast<size_t>(own.size()));
         read_into(s.name, states[k].first, own.begin, own.end, st.data());
-        state_io(*opt_, zs, static_cast<int>(k), pi, own.begin, own.size(), st.data(), true);
+        state_io(opt, zs, static_cast<int>(k), pi, own.begin, own.size(), st.data(), true);
       }
   }
-  global_step_ = m["step"].get<int64_t>();
-  updates_ = m["updates"].get<int64_t>();
-  // The data goes on where it stopped, also when train_batch_size changed (another world size at a fixed micro
-  // batch): step * batch would skip or repeat samples then.
-  samples_seen_ = m.contains("data") && m["data"].contains("next_sample") ? m["data"]["next_sample"].get<int64_t>()
-                  : m.contains("samples")                                 ? m["samples"].get<int64_t>()
-                                                                          : global_step_ * cfg_.batch;
-  opt_->set_steps(m["optimizer"]["steps"].get<int64_t>());
-  ZR_WITH_CONTEXT(mp, scaler_->load_state(m["loss_scaler"]));
-  zs.after_load();  // persistent stage-3 groups gathered again, the 16-bit copies from the loaded weights
-  comm_.barrier();
-  return m.value("client_state", nlohmann::json::object());
 }
+
+}  // namespace ckpt
 
 }  // namespace zerorun
