@@ -10,7 +10,10 @@ namespace zerorun {
 
 bool cuda_archs_run_on(const std::string& archs, int sm) {
   if (archs.empty()) return true;
-  std::stringstream ss(archs);
+  std::string list = archs;  // CMake's list: ';' or (as the build passes it in one definition) ',' between
+  for (char& c : list)
+    if (c == ',') c = ';';
+  std::stringstream ss(list);
   std::string a;
   while (std::getline(ss, a, ';')) {
     const bool real_only = a.size() > 5 && a.compare(a.size() - 5, 5, "-real") == 0;

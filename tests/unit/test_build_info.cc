@@ -15,6 +15,12 @@ TEST_CASE("CUDA_ARCHITECTURES coverage of a GPU", "[report]") {
   CHECK_FALSE(cuda_archs_run_on("90-real", 100));  // no PTX
   CHECK_FALSE(cuda_archs_run_on("90-virtual", 80));
   CHECK(cuda_archs_run_on("90-virtual", 120));
+  // The default list as the build passes it: SASS for Ampere..Blackwell, PTX of the last for later cards.
+  const char* dflt = "80-real,86-real,89-real,90-real,100-real,120";
+  for (int sm : {80, 86, 89, 90, 100, 120, 121}) CHECK(cuda_archs_run_on(dflt, sm));
+  CHECK_FALSE(cuda_archs_run_on(dflt, 75));
+  CHECK_FALSE(cuda_archs_run_on(dflt, 87));  // Jetson Orin: not in the list, and no PTX below 120
+  CHECK(cuda_archs_run_on("80;90", 90));
   CHECK(cuda_archs_run_on("80-real;90", 80));
   CHECK(cuda_archs_run_on("80-real;90", 90));
   CHECK_FALSE(cuda_archs_run_on("80-real;90-real", 86));
