@@ -51,6 +51,17 @@
 namespace zerorun::kernels::flash {
 namespace {
 
+// p[0] += a, p[1] += b atomically: one 8-byte float2 atomic on sm_90 and later, two float atomics before it (the
+// float2 overload does not exist there: the default architecture list starts at sm_80).
+__device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
+}
+
 constexpr int kWarps = 4;        // warps per block, 16 rows each (backward)
 constexpr int BR = 16 * kWarps;  // rows (queries or keys) a block owns = rows of a streamed tile
 template <int HS>
