@@ -60,7 +60,8 @@ DIRS = {
 
 # Public headers (include/zerorun/) -> the layer that implements them.
 HEADERS = {
-    "core": ["build_info", "device_memory", "dtype", "error", "fsutil", "hash", "memory", "platform", "profile", "rng", "tensor"],
+    "core": ["build_info", "device_memory", "dtype", "error", "fsutil", "hash", "knobs", "memory", "platform",
+             "profile", "rng", "tensor"],
     "kernels": ["cuda_rt"],
     "graph": ["graph"],
     "config": ["config", "strict_json", "aio_config"],
@@ -165,7 +166,8 @@ def scan(root):
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in sorted(files):
                 stem, ext = os.path.splitext(f)
-                if ext not in (".cc", ".cpp", ".cu") or not os.path.isfile(os.path.join(root, "include/zerorun", stem + ".h")):
+                header_path = os.path.join(root, "include/zerorun", stem + ".h")
+                if ext not in (".cc", ".cpp", ".cu") or not os.path.isfile(header_path):
                     continue
                 rel = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
                 header = "include/zerorun/" + stem + ".h"

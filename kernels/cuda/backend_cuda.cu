@@ -4,6 +4,7 @@
 // (tests/unit/test_cuda_ops.cc, run on the device machine). This file makes the backend; its class and shared
 // helpers are in backend_cuda.h, each op family's kernels and methods in a file of its own.
 #include "backend_cuda.h"
+#include "zerorun/knobs.h"
 
 namespace zerorun::kernels {
 namespace {
@@ -15,12 +16,9 @@ __global__ void k_set1(float* p, float v) { *p = v; }
 CudaBackend::CudaBackend() {
   ZR_CUBLAS(cublasCreate(&h_));
   ZR_CUBLAS(cublasSetStream(h_, cuda::stream()));
-  const char* a = std::getenv("ZERORUN_ATTN_ATOMICS");
-  attn_atomics_ = !(a && std::strcmp(a, "0") == 0);
-  const char* gs = std::getenv("ZERORUN_ATTN_GQA_SPLIT");
-  attn_gqa_split_ = !(gs && std::strcmp(gs, "0") == 0);
-  const char* d = std::getenv("ZERORUN_DETERMINISTIC");
-  deterministic_ = d && std::strcmp(d, "1") == 0;
+  attn_atomics_ = knobs().attn_atomics;
+  attn_gqa_split_ = knobs().attn_gqa_split;
+  deterministic_ = knobs().deterministic;
 }
 
 void CudaBackend::rope_fwd(Src qkv, Dst out, int64_t B, int64_t T, int64_t H, int64_t K, int64_t D,

@@ -8,6 +8,7 @@
 
 #include "zerorun/comm.h"
 #include "zerorun/error.h"
+#include "zerorun/knobs.h"
 #include "zerorun/rank_status.h"
 
 namespace zerorun {
@@ -114,7 +115,7 @@ class MpiComm : public Communicator {
       MPI_Comm_free(&node);
     }
     double timeout = 600;  // 10 minutes, like PyTorch's default collective timeout for NCCL
-    if (const char* t = std::getenv("ZERORUN_COMM_TIMEOUT")) {
+    if (const char* t = knobs().has_comm_timeout ? knobs().comm_timeout.c_str() : nullptr) {
       char* end = nullptr;
       timeout = std::strtod(t, &end);
       ZR_CHECK(end != t && *end == '\0' && timeout >= 0 && timeout < 1e9, "ZERORUN_COMM_TIMEOUT '", t,

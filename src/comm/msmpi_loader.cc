@@ -5,14 +5,15 @@
 #include <mutex>
 
 #include "zerorun/error.h"
+#include "zerorun/knobs.h"
 #include "zerorun/msmpi.h"
 #include "zerorun/platform.h"
 
 namespace zerorun::msmpi {
 
 std::string library_name() {
-  const char* e = std::getenv("ZERORUN_MSMPI_DLL");
-  return e && *e ? e : "msmpi.dll";
+  const std::string& e = knobs().msmpi_dll;
+  return !e.empty() ? e : "msmpi.dll";
 }
 
 namespace {

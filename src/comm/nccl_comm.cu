@@ -17,6 +17,7 @@
 #include "zerorun/comm.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
+#include "zerorun/knobs.h"
 #include "zerorun/platform.h"
 
 namespace zerorun {
@@ -47,7 +48,7 @@ struct Nccl {
 const Nccl& nccl() {
   static Nccl n = [] {
     Nccl r{};
-    const char* names[] = {std::getenv("ZERORUN_NCCL_LIB"), "libnccl.so.2", "libnccl.so"};
+    const char* names[] = {knobs().nccl_lib.empty() ? nullptr : knobs().nccl_lib.c_str(), "libnccl.so.2", "libnccl.so"};
     std::string err;
     for (const char* nm : names)
       if (nm && (r.lib = platform::load_library(nm, &err, true))) break;
@@ -143,7 +144,7 @@ class NcclComm : public Communicator {
     ZR_CUDA(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     nccl_check(nccl().CommInitRank(&comm_, host_->size(), id, host_->rank()), "CommInitRank");
     double timeout = 1800;
-    if (const char* t = std::getenv("ZERORUN_COMM_TIMEOUT")) timeout = std::atof(t);
+    if (knobs().has_comm_timeout) timeout = std::atof(knobs().comm_timeout.c_str());
     if (size() > 1)
       enable_watchdog(timeout, [this] {
         nccl().CommAbort(comm_);

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "zerorun/error.h"
+#include "zerorun/knobs.h"
 #include "zerorun/platform.h"
 
 namespace zerorun::rank_status {
@@ -89,15 +90,14 @@ void write_line(const char* event, const char* msg, int code) {
 void set_identity(int rank, int world) {
   g_rank.store(rank);
   g_world.store(world);
-  const char* on = std::getenv("ZERORUN_RANK_STATUS");
-  if (world > 1 && on && std::strcmp(on, "1") == 0) {
+  if (world > 1 && knobs().rank_status) {
     const std::string h = platform::host_name();
     std::strncpy(g_host, h.c_str(), sizeof g_host - 1);
     for (char* c = g_host; *c; ++c)
       if (*c == ' ' || *c == '=') *c = '_';
     g_on.store(true);
   }
-  if (const char* f = std::getenv("ZERORUN_FAULT_INJECT")) {
+  if (const char* f = knobs().has_fault_inject ? knobs().fault_inject.c_str() : nullptr) {
     int r = -1;
     long long s = -1;
     if (std::sscanf(f, "fail_at_step:%d:%lld", &r, &s) == 2) g_fail_rank = r, g_fail_step = s;

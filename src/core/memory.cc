@@ -8,6 +8,7 @@
 
 #include "zerorun/device_memory.h"
 #include "zerorun/error.h"
+#include "zerorun/knobs.h"
 #include "zerorun/platform.h"
 
 namespace zerorun {
@@ -58,10 +59,7 @@ void mem_record(MemCategory c, int64_t delta, bool device) {
 
 namespace {
 bool poison_uninit() {
-  static const bool on = [] {
-    const char* e = std::getenv("ZERORUN_POISON_UNINIT");
-    return e && std::string(e) == "1";
-  }();
+  static const bool on = knobs().poison_uninit;
   return on;
 }
 }  // namespace

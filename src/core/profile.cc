@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "zerorun/device_memory.h"
+#include "zerorun/knobs.h"
 
 namespace zerorun::profile {
 namespace {
@@ -25,11 +26,7 @@ std::map<std::string, Entry>& table() {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 // ZERORUN_PROFILE, read once: 0 off, 1 synchronised, 2 host only.
 int mode() {
-  static const int m = [] {
-    const char* e = std::getenv("ZERORUN_PROFILE");
-    if (!e || !*e || std::string(e) == "0") return 0;
-    return std::string(e) == "host" ? 2 : 1;
-  }();
+  static const int m = knobs().profile;
   return m;
 }
 

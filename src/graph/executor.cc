@@ -12,6 +12,7 @@
 
 #include "kernels/backend.h"
 #include "zerorun/graph.h"
+#include "zerorun/knobs.h"
 #include "zerorun/profile.h"
 
 namespace zerorun {
@@ -54,8 +55,7 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
   out16_.resize(node_out_.size());
   for (size_t i = 0; i < node_out_.size(); ++i)
     for (size_t k = 0; k < node_out_[i].size(); ++k) out16_[i].push_back(store16(i, k));
-  const char* env = std::getenv("ZERORUN_FUSE");
-  fuse_ = !(env && std::strcmp(env, "0") == 0);
+  fuse_ = knobs().fuse;
   done_.assign(g_.nodes.size(), false);
   plan_gelu_fusions();
   plan_residual_fusions();

@@ -14,6 +14,7 @@
 #include "zerorun/comm.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
+#include "zerorun/knobs.h"
 #include "zerorun/tensor.h"
 #include "zerorun/trainer.h"
 
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   const bool stall = argc > 1 && std::strcmp(argv[1], "--stall") == 0;
-  if (stall) setenv("ZERORUN_COMM_TIMEOUT", "3", 1);
+  if (stall) setenv("ZERORUN_COMM_TIMEOUT", "3", 1), reload_knobs();
   int passed = 0, failed = 0;
   auto expect = [&](bool ok, const char* what) {
     ok ? ++passed : ++failed;

@@ -12,6 +12,7 @@
 
 #include "tests/common/tiny.h"
 #include "zerorun/engine.h"
+#include "zerorun/knobs.h"
 #include "zerorun/platform.h"
 #include "zerorun/rng.h"
 #include "zerorun/zero_plan.h"
@@ -82,10 +83,10 @@ Tensors zero_grads(const Tensors& weights) {
 void fusions_change_nothing(const Graph& g, const Tensors& weights, const Tensors& inputs,
                             const std::function<void(const Executor&, bool)>& seen) {
   auto run = [&](bool fused) {
-    if (!fused) platform::set_env("ZERORUN_FUSE", "0");
+    if (!fused) platform::set_env("ZERORUN_FUSE", "0"), reload_knobs();
     Tensors gr = zero_grads(weights);
     Executor ex(g, weights, gr);
-    if (!fused) platform::unset_env("ZERORUN_FUSE");  // read by the constructor
+    if (!fused) platform::unset_env("ZERORUN_FUSE"), reload_knobs();  // read by the constructor
     const double loss = ex.forward(inputs);
     ex.backward(1.f);
     seen(ex, fused);
