@@ -8,6 +8,7 @@
 #include "zerorun/config.h"
 #include "zerorun/nvme.h"
 #include "zerorun/tensor.h"
+#include "zerorun/zero_state.h"
 
 namespace zerorun {
 
@@ -29,8 +30,10 @@ class Optimizer {
   // bf16_master: DeepSpeed's bf16.bf16_master_weights_and_grads (the weights given to step/update hold bf16 values
   // and stay so; gradients are rounded to bf16 first); bf16_states: bf16.bf16_optimizer_states (exp_avg and
   // exp_avg_sq stored as bf16, needs bf16_master). Adam/AdamW only.
+  // `states`: the moments as ZeRO's state keeps them (ShardedState::make_moments: sized n, 1 array for SGD, else 2,
+  // bf16 with bf16_states), placed there (memory or NVMe); null: the optimizer keeps its own in memory on `dev`.
   Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev = Device::cpu(), bool bf16_master = false,
-            bool bf16_states = false);
+            bool bf16_states = false, zero::MomentStore* states = nullptr);
   // One update of p[0..n) from g; `lr` and `beta1` come from the scheduler.
   void step(float* p, const float* g, double lr, double beta1, RoundedOut out = {});
   // Sharded form: begin_step() once per optimizer step, then update() on
@@ -49,7 +52,7 @@ class Optimizer {
   // chunk by chunk (chunk_elems) around each update; host states only (CPU optimizer).
   void place_on_nvme(const std::string& nvme_path, int rank, int64_t chunk_elems, int buffer_count,
                      const zero::AioConfig& aio);
-  const zero::NvmeStates* nvme() const { return nvme_.get(); }
+  const zero::NvmeStates* nvme() const { return st_->nvme(); }
   int64_t ram_bytes() const;   // state bytes in memory
   int64_t nvme_bytes() const;  // state bytes on NVMe (the file)
   const OptimizerConfig& config() const { return cfg_; }
@@ -60,8 +63,8 @@ class Optimizer {
   Device dev_;
   int64_t steps_ = 0;
   bool bf16_master_ = false, bf16_states_ = false;
-  Tensor m_, v_;
-  std::unique_ptr<zero::NvmeStates> nvme_;
+  std::unique_ptr<zero::MomentStore> own_;  // the moments when no ShardedState keeps them
+  zero::MomentStore* st_ = nullptr;
   // One update of [off, off + n) given the states' memory (m, v at the update's first element).
   void update_mem(float* p, const float* g, void* m, void* v, int64_t n, double lr, double beta1,
                   const RoundedOut& out);

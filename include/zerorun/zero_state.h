@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "zerorun/comm.h"
+#include "zerorun/nvme.h"
 #include "zerorun/tensor.h"
 #include "zerorun/zero_plan.h"
 
@@ -67,6 +68,39 @@ struct UpdatePiece {
   float* weights = nullptr;
   const float* grads = nullptr;
   int64_t state_offset = 0, flat_begin = 0, n = 0;
+};
+
+// The optimizer's moments (src/zero/moments.cc): `arrays` arrays (exp_avg[, exp_avg_sq]) of n elements, f32 or
+// bf16, in device or host memory, or (place_on_nvme) in a file under nvme_path streamed chunk by chunk (NvmeStates).
+class MomentStore {
+ public:
+  MomentStore(int64_t n, int arrays, DType dt, Device dev);
+  MomentStore(const MomentStore&) = delete;
+  MomentStore& operator=(const MomentStore&) = delete;
+  // offload_optimizer.device "nvme" (host states only): the moments move to a file (zeros, as they start).
+  void place_on_nvme(const std::string& nvme_path, int rank, int64_t chunk_elems, int buffer_count,
+                     const AioConfig& aio);
+  int64_t size() const { return n_; }
+  int arrays() const { return arrays_; }
+  DType dtype() const { return dt_; }
+  Placement placement() const;
+  const Tensor& array(int k) const { return mem_[k]; }  // in memory (undefined on NVMe)
+  // Array k at element off in memory (null on NVMe or past the arrays).
+  void* at(int k, int64_t off) const;
+  NvmeStates* nvme() const { return nvme_.get(); }
+  // Array k's elements [off, off + n) as f32 (bf16 widened / rounded), in host memory or on NVMe.
+  void read(int k, int64_t off, int64_t n, float* dst);
+  void write(int k, int64_t off, int64_t n, const float* src);
+  int64_t ram_bytes() const;   // bytes in memory
+  int64_t nvme_bytes() const;  // bytes in the NVMe file
+
+ private:
+  int64_t n_;
+  int arrays_;
+  DType dt_;
+  Device dev_;
+  Tensor mem_[2];
+  std::unique_ptr<NvmeStates> nvme_;
 };
 
 class ShardedState {
@@ -139,6 +173,12 @@ class ShardedState {
   // Full fp32 master weights by name (collective at stages >= 1).
   std::map<std::string, Tensor> full_master_weights();
 
+  // ---- the optimizer's moments: over the update's range (the whole flat layout at stage 0, else this rank's
+  // shards), where the optimizer runs (host memory with offload_optimizer), placed on NVMe by the caller's choice.
+  MomentStore& make_moments(int arrays, DType dt);
+  MomentStore& moments() { return *moments_; }
+  const MomentStore* moments_if_any() const { return moments_.get(); }
+
   // ---- checkpoint ranges
   Range ckpt_range(int p, int rank) const;          // elements of param p that `rank` saves (stage 0: rank 0 all)
   Range own_range(int p) const;                     // master and optimizer elements of param p this rank keeps
@@ -191,6 +231,7 @@ class ShardedState {
   Tensor host_grad_;          // offload: this rank's gradient shard in host memory
   Tensor offload_stage_;      // offload with device compute params: a group's rounded update on its way there
   int64_t pinned_bytes_ = 0;  // host memory page-locked by pin_memory
+  std::unique_ptr<MomentStore> moments_;
 };
 
 }  // namespace zerorun::zero

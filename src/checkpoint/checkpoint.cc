@@ -224,32 +224,22 @@ std::vector<Piece> pieces_for(const nlohmann::json& m, const std::string& param,
 namespace {
 
 // Optimizer state k (0 = m, 1 = v) of param p, elements [elem, elem + n), read into / written from f32 (bf16
-// states widened / rounded), at the index ZeRO's state gives it, wherever the optimizer keeps it.
-void state_io(Optimizer& opt, zero::ShardedState& zs, int k, int p, int64_t elem, int64_t n, float* buf, bool write) {
-  Tensor t = opt.state().at(static_cast<size_t>(k)).second;
+// states widened / rounded), at the index ZeRO's state gives it, wherever its moments live.
+void state_io(zero::ShardedState& zs, int k, int p, int64_t elem, int64_t n, float* buf, bool write) {
+  zero::MomentStore& ms = zs.moments();
+  const Tensor& t = ms.array(k);
   const int64_t at = zs.state_offset(p, elem);
-  if (opt.nvme()) {  // states in a file under nvme_path
+  if (ms.nvme() || t.dtype() != DType::F32 || t.device().is_cpu()) {  // NVMe, bf16 or host memory
     if (write)
-      opt.write_state(k, at, n, buf);
+      ms.write(k, at, n, buf);
     else
-      opt.read_state(k, at, n, buf);
+      ms.read(k, at, n, buf);
     return;
   }
-  if (t.dtype() == DType::F32) {
-    if (write)
-      zs.copy_f32(t.f32() + at, buf, n);
-    else
-      zs.copy_f32(buf, t.f32() + at, n);
-    return;
-  }
-  // bf16 optimizer states (host memory): saved widened to f32 (exact), loaded rounded to bf16.
-  ZR_CHECK(t.dtype() == DType::BF16 && t.device().is_cpu(), "optimizer state of type ", dtype_name(t.dtype()));
-  uint16_t* h = static_cast<uint16_t*>(t.raw()) + at;
-  for (int64_t i = 0; i < n; ++i)
-    if (write)
-      h[i] = f32_to_bf16(buf[i]);
-    else
-      buf[i] = bf16_to_f32(h[i]);
+  if (write)  // f32 in device memory
+    zs.copy_f32(t.f32() + at, buf, n);
+  else
+    zs.copy_f32(buf, t.f32() + at, n);
 }
 
 }  // namespace
@@ -275,7 +265,7 @@ void save(const std::string& save_dir, const std::string& tag, const std::functi
     items.push_back({name + ".master", mt});
     for (size_t k = 0; k < states.size(); ++k) {
       Tensor st = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
-      state_io(opt, zs, static_cast<int>(k), static_cast<int>(p), rg.begin, rg.size(), st.f32(), false);
+      state_io(zs, static_cast<int>(k), static_cast<int>(p), rg.begin, rg.size(), st.f32(), false);
       items.push_back({name + "." + states[k].first, st});
     }
   }
@@ -372,7 +362,7 @@ void load_shards(const std::string& dir, const nlohmann::json& m, zero::ShardedS
       for (size_t k = 0; k < states.size(); ++k) {
         std::vector<float> st(static_cast<size_t>(own.size()));
         read_into(s.name, states[k].first, own.begin, own.end, st.data());
-        state_io(opt, zs, static_cast<int>(k), pi, own.begin, own.size(), st.data(), true);
+        state_io(zs, static_cast<int>(k), pi, own.begin, own.size(), st.data(), true);
       }
   }
 }

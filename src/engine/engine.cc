@@ -112,16 +112,19 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
     exec_->hooks.after_block_backward = [this](size_t b) { on_block(b, false, false); };
   }
   const zero::Plan& plan = state_->plan();
+  // The optimizer's moments are ZeRO state (zero::MomentStore): where the optimizer runs, or on NVMe.
+  const bool bf16_states = bf16_master_ && cfg_.bf16_optimizer_states;
+  zero::MomentStore& moments =
+      state_->make_moments(cfg_.optimizer.type == "SGD" ? 1 : 2, bf16_states ? DType::BF16 : DType::F32);
   opt_ = std::make_unique<Optimizer>(cfg_.optimizer, stage_ == 0 ? plan.padded : plan.shard_numel(),
-                                     offload_ ? Device::cpu() : dev_, bf16_master_,
-                                     bf16_master_ && cfg_.bf16_optimizer_states);
+                                     offload_ ? Device::cpu() : dev_, bf16_master_, bf16_states, &moments);
   // offload_optimizer "nvme" (ZeRO-Infinity): the CPU optimizer's moments live in a file under nvme_path, streamed
   // in chunks of sub_group_size elements (at most 16M) around each update (src/zero/nvme.cc).
   if (cfg_.zero.offload_optimizer.device == "nvme") {
     ZR_CHECK(stage_ >= 1, "offload_optimizer \"nvme\" needs ZeRO stage 1, 2 or 3 (stage is 0)");
     const OffloadConfig& o = cfg_.zero.offload_optimizer;
     const int64_t chunk = std::min<int64_t>(cfg_.zero.sub_group_size, int64_t{1} << 24);
-    opt_->place_on_nvme(o.nvme_path, comm_.rank(), chunk, o.buffer_count, cfg_.aio);
+    moments.place_on_nvme(o.nvme_path, comm_.rank(), chunk, o.buffer_count, cfg_.aio);
   }
   sched_ = std::make_unique<LrSchedule>(cfg_.scheduler, cfg_.optimizer, total_steps);
   scaler_ = std::make_unique<LossScaler>(cfg_.loss_scale, cfg_.precision == Precision::FP16);

@@ -6,14 +6,21 @@
 
 namespace zerorun {
 
-Optimizer::Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev, bool bf16_master, bool bf16_states)
-    : cfg_(cfg), n_(n), dev_(dev), bf16_master_(bf16_master), bf16_states_(bf16_states) {
+Optimizer::Optimizer(const OptimizerConfig& cfg, int64_t n, Device dev, bool bf16_master, bool bf16_states,
+                     zero::MomentStore* states)
+    : cfg_(cfg), n_(n), dev_(dev), bf16_master_(bf16_master), bf16_states_(bf16_states), st_(states) {
   ZR_CHECK(!bf16_states || bf16_master, "bf16.bf16_optimizer_states requires bf16.bf16_master_weights_and_grads");
   ZR_CHECK(!bf16_master || cfg_.type != "SGD", "bf16.bf16_master_weights_and_grads is implemented for Adam/AdamW ",
            "(the optimizer is SGD)");
   const DType st = bf16_states ? DType::BF16 : DType::F32;
-  m_ = Tensor::zeros({n}, st, MemCategory::Optimizer, dev);
-  if (cfg_.type != "SGD") v_ = Tensor::zeros({n}, st, MemCategory::Optimizer, dev);
+  const int arrays = cfg_.type == "SGD" ? 1 : 2;
+  if (!st_) {
+    own_ = std::make_unique<zero::MomentStore>(n, arrays, st, dev);
+    st_ = own_.get();
+  }
+  ZR_CHECK(st_->size() == n && st_->arrays() == arrays && st_->dtype() == st, "optimizer moments of ", st_->size(),
+           " elements x ", st_->arrays(), " (", dtype_name(st_->dtype()), ") for an optimizer of ", n, " x ", arrays,
+           " (", dtype_name(st), ")");
 }
 
 void Optimizer::step(float* p, const float* g, double lr, double beta1, RoundedOut out) {
@@ -23,15 +30,12 @@ void Optimizer::step(float* p, const float* g, double lr, double beta1, RoundedO
 
 void Optimizer::update(float* p, const float* g, int64_t off, int64_t n, double lr, double beta1, RoundedOut out) {
   ZR_CHECK(off >= 0 && off + n <= n_, "optimizer update [", off, ", ", off + n, ") outside its state of ", n_);
-  if (!nvme_) {
-    const size_t es = bf16_states_ ? 2 : 4;
-    update_mem(p, g, static_cast<char*>(m_.raw()) + es * static_cast<size_t>(off),
-               v_.defined() ? static_cast<char*>(v_.raw()) + es * static_cast<size_t>(off) : nullptr, n, lr, beta1,
-               out);
+  if (!st_->nvme()) {
+    update_mem(p, g, st_->at(0, off), st_->at(1, off), n, lr, beta1, out);
     return;
   }
   // NVMe: chunk by chunk as the file's cache hands them over (elementwise: the same bits as in memory).
-  nvme_->for_each(off, n, [&](const std::vector<char*>& st, int64_t b, int64_t k) {
+  st_->nvme()->for_each(off, n, [&](const std::vector<char*>& st, int64_t b, int64_t k) {
     const int64_t d = b - off;
     RoundedOut o = out;
     if (o.f32_slots)
@@ -65,58 +69,18 @@ void Optimizer::update_mem(float* p, const float* g, void* m, void* v, int64_t n
 
 void Optimizer::place_on_nvme(const std::string& nvme_path, int rank, int64_t chunk_elems, int buffer_count,
                               const zero::AioConfig& aio) {
-  ZR_CHECK(dev_.is_cpu(), "NVMe optimizer states need the CPU optimizer");
-  const int arrays = cfg_.type == "SGD" ? 1 : 2;
-  nvme_ = std::make_unique<zero::NvmeStates>(nvme_path, rank, "optimizer_states.bin", n_, arrays, bf16_states_ ? 2 : 4,
-                                             chunk_elems, buffer_count, aio);
-  m_ = Tensor(), v_ = Tensor();  // the file starts as zeros, as the moments do
+  st_->place_on_nvme(nvme_path, rank, chunk_elems, buffer_count, aio);
 }
 
-int64_t Optimizer::ram_bytes() const {
-  return static_cast<int64_t>((m_.defined() ? m_.nbytes() : 0) + (v_.defined() ? v_.nbytes() : 0));
-}
-int64_t Optimizer::nvme_bytes() const { return nvme_ ? n_ * (bf16_states_ ? 2 : 4) * (cfg_.type == "SGD" ? 1 : 2) : 0; }
+int64_t Optimizer::ram_bytes() const { return st_->ram_bytes(); }
+int64_t Optimizer::nvme_bytes() const { return st_->nvme_bytes(); }
 
-void Optimizer::read_state(int k, int64_t off, int64_t n, float* dst) {
-  ZR_CHECK(off >= 0 && off + n <= n_, "optimizer state read outside its range");
-  std::vector<uint16_t> h;
-  uint16_t* src16 = nullptr;
-  if (nvme_) {
-    if (!bf16_states_) return nvme_->read(k, off, n, dst);
-    h.resize(static_cast<size_t>(n));
-    nvme_->read(k, off, n, h.data());
-    src16 = h.data();
-  } else {
-    const Tensor& t = k == 0 ? m_ : v_;
-    ZR_CHECK(t.device().is_cpu(), "read_state: states in device memory (the engine copies those itself)");
-    if (!bf16_states_) {
-      std::copy(t.f32() + off, t.f32() + off + n, dst);
-      return;
-    }
-    src16 = static_cast<uint16_t*>(t.raw()) + off;
-  }
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(src16[i]);
-}
-
-void Optimizer::write_state(int k, int64_t off, int64_t n, const float* src) {
-  ZR_CHECK(off >= 0 && off + n <= n_, "optimizer state write outside its range");
-  std::vector<uint16_t> h;
-  if (bf16_states_) {
-    h.resize(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) h[static_cast<size_t>(i)] = f32_to_bf16(src[i]);
-  }
-  if (nvme_) return bf16_states_ ? nvme_->write(k, off, n, h.data()) : nvme_->write(k, off, n, src);
-  const Tensor& t = k == 0 ? m_ : v_;
-  ZR_CHECK(t.device().is_cpu(), "write_state: states in device memory (the engine copies those itself)");
-  if (bf16_states_)
-    std::copy(h.begin(), h.end(), static_cast<uint16_t*>(t.raw()) + off);
-  else
-    std::copy(src, src + n, t.f32() + off);
-}
+void Optimizer::read_state(int k, int64_t off, int64_t n, float* dst) { st_->read(k, off, n, dst); }
+void Optimizer::write_state(int k, int64_t off, int64_t n, const float* src) { st_->write(k, off, n, src); }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
-  if (cfg_.type == "SGD") return {{"momentum_buffer", m_}};
-  return {{"exp_avg", m_}, {"exp_avg_sq", v_}};
+  if (cfg_.type == "SGD") return {{"momentum_buffer", st_->array(0)}};
+  return {{"exp_avg", st_->array(0)}, {"exp_avg_sq", st_->array(1)}};
 }
 
 }  // namespace zerorun

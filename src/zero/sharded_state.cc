@@ -171,6 +171,10 @@ std::vector<BufferInfo> ShardedState::buffers() const {
   add("grads", grads());
   add("host_grad", host_grad_);
   add("offload_stage", offload_stage_);
+  if (moments_) {
+    const int64_t bytes = moments_->nvme() ? moments_->nvme_bytes() : moments_->ram_bytes();
+    out.push_back({"moments", moments_->placement(), bytes});
+  }
   return out;
 }
 
@@ -217,6 +221,12 @@ void ShardedState::bind(Binding b) {
 }
 
 // ---- the update ------------------------------------------------------------------
+
+MomentStore& ShardedState::make_moments(int arrays, DType dt) {
+  const int64_t n = o_.stage == 0 ? plan_.padded : plan_.shard_numel();
+  moments_ = std::make_unique<MomentStore>(n, arrays, dt, o_.offload_optimizer ? Device::cpu() : dev_);
+  return *moments_;
+}
 
 float* ShardedState::full_master() { return mixed() ? master_.f32() : compute_.f32(); }
 

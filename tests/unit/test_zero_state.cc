@@ -254,6 +254,14 @@ TEST_CASE("ShardedState: each rank's weights, master and checkpoint ranges, stag
         // Model-state bytes: stage 3 keeps a shard of the weights, stages 2-3 a shard of the gradients.
         if (st.param_bytes() != 4 * (stage < 3 ? plan.padded : plan.shard_numel())) fail("param bytes");
         if (st.grad_bytes() != 4 * (stage < 2 ? plan.padded : plan.shard_numel())) fail("grad bytes");
+        // The optimizer's moments: over the update's range, where the optimizer runs; read and written in f32.
+        MomentStore& ms = st.make_moments(2, stage == 1 ? DType::BF16 : DType::F32);
+        if (ms.size() != state_n || ms.ram_bytes() != 2 * state_n * (stage == 1 ? 2 : 4)) fail("moments' size");
+        const float x[3] = {1.5f, -0.25f, 3.0f};
+        float y[3] = {};
+        ms.write(1, state_n - 3, 3, x);
+        ms.read(1, state_n - 3, 3, y);
+        if (y[0] != x[0] || y[1] != x[1] || y[2] != x[2]) fail("moments' round trip");
         for (const BufferInfo& bi : st.buffers())
           if (bi.placement != Placement::Host)
             fail("CPU buffer " + bi.name + " placed on " + placement_name(bi.placement));
