@@ -104,7 +104,11 @@ def main():
                 p_ids = tok(text).input_ids
                 with torch.no_grad():
                     gen = m.generate(torch.tensor([p_ids], device=dev), do_sample=False, max_new_tokens=8)
-                want = text + tok.decode(gen[0, len(p_ids):].tolist(), skip_special_tokens=True)
+                new = gen[0, len(p_ids):].tolist()
+                eos = m.generation_config.eos_token_id
+                eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+                new = new[:next((j for j, x in enumerate(new) if x in eos), len(new))]  # zerorun prints no EOS
+                want = text + tok.decode(new, skip_special_tokens=True)
                 r = subprocess.run([zr, "sample", d, "--prompt", text, "--max_new_tokens", "8",
                                     "--device", args.device if dev == "cuda" else "cpu"], capture_output=True,
                                    text=True)

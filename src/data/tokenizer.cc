@@ -1030,8 +1030,9 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
   const Impl& t = *impl_;
   std::vector<std::string> toks;
   for (int32_t id : ids) {
-    ZR_CHECK(id >= 0 && static_cast<size_t>(id) < t.id_to_tok.size(), t.source, ": decode: id ", id,
-             " is outside the vocabulary (", t.id_to_tok.size(), ")");
+    // An id the tokenizer has no token for (a model's padded vocabulary: Qwen2.5's 151936 rows for 151665 tokens)
+    // decodes to nothing, as in HF tokenizers; `zerorun sample` says so when it generates one.
+    if (id < 0 || static_cast<size_t>(id) >= t.id_to_tok.size()) continue;
     if (skip_special_tokens && t.special[static_cast<size_t>(id)]) continue;
     toks.push_back(t.id_to_tok[static_cast<size_t>(id)]);
   }

@@ -220,8 +220,17 @@ int run_sample(const SampleOptions& o) {
     std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
     std::fflush(stdout);
   }
+  bool told = false;
   const std::vector<int32_t> out = generate(d, prompt, max_new, o.sampling, o.seed, eos, [&](int32_t t) {
     if (!stream) return;
+    if (t >= tok->vocab_size() && !told) {  // a padded vocabulary's row: decoded as nothing (tokenizer.h)
+      told = true;
+      std::fprintf(stderr,
+                   "\n[zerorun] sample: generated id %d, which %s has no token for (it has %lld; the model %lld): "
+                   "it prints as nothing, as in transformers\n",
+                   t, tok->source().c_str(), static_cast<long long>(tok->vocab_size()),
+                   static_cast<long long>(d.vocab()));
+    }
     const std::string piece = stream->push(t);
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);

@@ -129,6 +129,13 @@ TEST_CASE("tokenizer: byte-level BPE, added tokens with rstrip, template process
   CHECK(t.encode("hello<|end|>   world!", false) == std::vector<int32_t>{11, 18, 5, 13, 15, 17});
   CHECK(t.decode({19, 11, 16, 18}) == "<s>hello world<|end|>");
   CHECK(t.decode({19, 11, 16, 18}, true) == "hello world");
+  // Ids beyond the tokenizer (a model's padded vocabulary) decode to nothing, as HF tokenizers does; so does a
+  // streamed decode.
+  CHECK(t.decode({11, 1000, 16, -1}) == "hello world");
+  DecodeStream ds(t, true);
+  std::string streamed;
+  for (int32_t id : {11, 5000, 16}) streamed += ds.push(id);
+  CHECK(streamed == "hello world");
   CHECK(t.token_to_id("<|end|>") == 18);
   CHECK(t.id_to_token(16) == "\xC4\xA0world");
   CHECK(t.vocab_size() == 20);
