@@ -12,18 +12,9 @@
 
 namespace zerorun {
 
-// Where an update also writes the new weights rounded to `dt` (the compute copies of an fp32 master):
-// f32 values and / or 16-bit bits, each optional; AdamW does it in the same pass.
-struct RoundedOut {
-  DType dt = DType::F32;
-  float* f32 = nullptr;
-  uint16_t* h = nullptr;
-  // Null: f32[i] for element i of the update. Otherwise the f32 copies are compact (kernels::f32_copy_at): the
-  // update's element i is element f32_base + i of the flat layout, whose 256-element chunk k has its copy at
-  // f32[256 f32_slots[k] + (f32_base + i) % 256], or none where f32_slots[k] < 0; needs h.
-  const int32_t* f32_slots = nullptr;
-  int64_t f32_base = 0;
-};
+// Where an update also writes the new weights rounded (the compute copies of an fp32 master): ZeRO's state says
+// where (zero::UpdateTargets); AdamW does it in the same pass.
+using RoundedOut = zero::UpdateTargets;
 
 class Optimizer {
  public:

@@ -53,11 +53,15 @@ struct Binding {
   std::function<void(const std::string&name, const Tensor&t)> set_param, set_grad;
 };
 
-// Where an update also writes the new weights rounded (mirrors the optimizer's RoundedOut; all null: nowhere).
+// Where an update also writes the new weights rounded to `dt` (the optimizer's RoundedOut; all null: nowhere):
+// f32 values and / or 16-bit bits, each optional.
 struct UpdateTargets {
   DType dt = DType::F32;
   float* f32 = nullptr;
   uint16_t* h = nullptr;
+  // Null: f32[i] for element i of the update. Otherwise the f32 copies are compact (kernels::f32_copy_at): the
+  // update's element i is element f32_base + i of the flat layout, whose 256-element chunk k has its copy at
+  // f32[256 f32_slots[k] + (f32_base + i) % 256], or none where f32_slots[k] < 0; needs h.
   const int32_t* f32_slots = nullptr;
   int64_t f32_base = 0;
 };

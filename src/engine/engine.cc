@@ -202,16 +202,7 @@ void Engine::settle() {
   if (side_) side_->main_waits(static_cast<int>(state_->plan().groups.size()));
 }
 
-RoundedOut Engine::rounded_out(int64_t begin) {
-  const zero::UpdateTargets t = state_->update_targets(begin);
-  RoundedOut o;
-  o.dt = t.dt;
-  o.f32 = t.f32;
-  o.h = t.h;
-  o.f32_slots = t.f32_slots;
-  o.f32_base = t.f32_base;
-  return o;
-}
+RoundedOut Engine::rounded_out(int64_t begin) { return state_->update_targets(begin); }
 
 double Engine::eval_loss(DataSource& data, int64_t batches) {
   profile::Scope whole(".. eval");
