@@ -63,6 +63,9 @@ expect_fail "init: --n_kv_head on gpt2" "--n_kv_head and --rope_theta are for --
 expect_ok "report" "CPU backend" "$ZR" report
 expect_ok "report names NCCL" "NCCL \.+ (not used|[0-9]+\.[0-9]+|not loadable)" "$ZR" report
 expect_ok "report: what --device auto picks" "^--device auto \.+ cpu \((no GPU visible|built without CUDA)\)" "$ZR" report
+# The platform, and the --comm default: nccl where NCCL exists (Linux), mpi on Windows (the wine run of this script).
+expect_ok "report: the platform" "^platform \.+ (Linux|Windows) " "$ZR" report
+expect_ok "report: the --comm default" "^--comm default \.+ (nccl|mpi) " "$ZR" report
 expect_ok "estimate" "ZeRO-3" "$ZR" estimate gpt.bin --num_gpus 4
 expect_ok "estimate on cpu, fp32" "fp32 on cpu" "$ZR" estimate gpt.bin --device cpu --precision fp32
 expect_fail "estimate: bad device" "--device must be cuda or cpu" "$ZR" estimate gpt.bin --device tpu

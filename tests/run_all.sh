@@ -3,7 +3,7 @@
 # (unit tests, end-to-end CLI tests, the PyTorch oracle), then the parsers' fuzz
 # test again under AddressSanitizer + UndefinedBehaviorSanitizer (build-asan/;
 # ZERORUN_SKIP_SANITIZE=1 leaves that out), then the Windows cross-build's tests under wine (build-win/;
-# ZERORUN_SKIP_WINDOWS=1 leaves that out).
+# ZERORUN_SKIP_WINDOWS=1 leaves that out), then the MSVC proxy (tests/windows/msvc_proxy_check.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash cmake/install_deps.sh
@@ -25,4 +25,9 @@ if [[ "${ZERORUN_SKIP_WINDOWS:-0}" != 1 ]]; then
   bash tests/windows/build_windows.sh build-win
   bash tests/windows/run_wine_tests.sh build-win
   echo "windows part: $(($(date +%s) - t_win))s"
+fi
+# The MSVC proxy (issue 36): no MSVC-hostile construct, every source clean under g++ -std=c++17 -Wpedantic
+# -Werror=pedantic (tests/windows/msvc_proxy_check.sh); ZERORUN_SKIP_MSVC_PROXY=1 leaves it out.
+if [[ "${ZERORUN_SKIP_MSVC_PROXY:-0}" != 1 ]]; then
+  bash tests/windows/msvc_proxy_check.sh
 fi

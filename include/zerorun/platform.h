@@ -42,9 +42,16 @@ std::vector<std::string> glob(const std::string& pattern);
 // A path as zerorun writes it: UTF-8 with forward slashes on every platform.
 std::string generic_path(const std::filesystem::path& p);
 // A UTF-8 string as a path (std::filesystem::path(std::string) would read it in the ANSI code page on Windows).
+// Everything that opens a file by a std::string path goes through it: std::ifstream in(to_path(p), ...), and the
+// std::filesystem calls (exists, create_directories, ...) get to_path(p), never the string (which converts the same
+// way). Paths come back as generic_path(p), never p.string() (ANSI on Windows).
 std::filesystem::path to_path(const std::string& utf8);
 
 // ---- processes ----
+// The program's arguments as UTF-8: argv as it is on POSIX; on Windows, where main's argv is in the ANSI code page
+// (a path with a letter outside it arrives as '?'), the wide command line (CommandLineToArgvW) converted, and the
+// console set to print UTF-8 (SetConsoleOutputCP).
+std::vector<std::string> utf8_args(int argc, char** argv);
 int process_id();
 bool is_root_user();            // euid 0 (mpirun then needs --allow-run-as-root); false on Windows
 std::string executable_path();  // this program's own file (/proc/self/exe; GetModuleFileNameW)
@@ -52,6 +59,9 @@ std::string executable_path();  // this program's own file (/proc/self/exe; GetM
 bool find_executable(const std::string& cmd);
 bool stderr_is_terminal();
 int usable_cores();
+// The operating system, its version and the machine: "Linux 6.1.0-18-amd64 x86_64" (uname), "Windows 10.0.19045
+// x86_64" (RtlGetVersion, GetNativeSystemInfo): `zerorun report`.
+std::string os_name();
 std::string host_name();  // gethostname / GetComputerNameEx                          // cores this process may run on
                           // (its affinity mask), at least 1
 bool is_ipv6_literal(const std::string& s);  // inet_pton(AF_INET6)

@@ -188,7 +188,7 @@ class CpuBackend : public Backend {
   }
   void scale_inplace(float* x, float s, int64_t n) override { cpu::scale_inplace(x, s, n); }
   void accumulate(float* acc, const float* x, int64_t n) override {
-#pragma omp parallel for simd schedule(static)
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; ++i) acc[i] += x[i];
   }
   double sum_squares(const float* x, int64_t n) override { return cpu::sum_squares(x, n); }

@@ -18,9 +18,8 @@ void embedding_bwd(const int32_t* ids, const float* dout, float* dtable, int64_t
 }
 
 void pos_embedding_fwd(const float* table, float* out, int64_t B, int64_t T, int64_t C) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t t = 0; t < T; ++t) std::memcpy(out + (b * T + t) * C, table + t * C, C * sizeof(float));
+#pragma omp parallel for schedule(static)
+  for (int64_t bt = 0; bt < B * T; ++bt) std::memcpy(out + bt * C, table + (bt % T) * C, C * sizeof(float));
 }
 
 void pos_embedding_bwd(const float* dout, float* dtable, int64_t B, int64_t T, int64_t C) {

@@ -28,6 +28,18 @@
 #else
 #define ZR_INLINE inline
 #endif
+// OpenMP 4's simd (MSVC's /openmp is OpenMP 2.0, which has none) and a prefetch hint (rw 1: for writing).
+#if defined(__GNUC__)
+#define ZR_OMP_SIMD _Pragma("omp simd")
+#define ZR_PREFETCH(addr, rw) __builtin_prefetch(addr, rw)
+#elif defined(_MSC_VER) && (defined(_M_X64) || defined(_M_IX86))
+#include <xmmintrin.h>
+#define ZR_OMP_SIMD
+#define ZR_PREFETCH(addr, rw) _mm_prefetch(reinterpret_cast<const char*>(addr), _MM_HINT_T0)
+#else
+#define ZR_OMP_SIMD
+#define ZR_PREFETCH(addr, rw) static_cast<void>(addr)
+#endif
 
 namespace zerorun::kernels::cpu {
 namespace {
@@ -56,7 +68,7 @@ template <bool kL2, bool kDecay, bool kPg, class S>
 ZR_INLINE void adam_loop(float* __restrict p, const float* __restrict g, S* __restrict m, S* __restrict v, int64_t n,
                          const AdamCoeffs& c) {
   constexpr bool kBf16 = std::is_same_v<S, uint16_t>;
-#pragma omp simd
+  ZR_OMP_SIMD
   for (int64_t i = 0; i < n; ++i) {
     float pi = p[i], mi, vi;
     if constexpr (kBf16)
@@ -81,9 +93,9 @@ ZR_INLINE void adam_blocks(float* p, const float* g, S* m, S* v, int64_t n, cons
     const int64_t pf = b + kAhead * kBlock;
     if (pf < n) {
       const int64_t end = std::min(n, pf + kBlock);
-      for (int64_t i = pf; i < end; i += 16) __builtin_prefetch(p + i, 1), __builtin_prefetch(g + i, 0);
+      for (int64_t i = pf; i < end; i += 16) ZR_PREFETCH(p + i, 1), ZR_PREFETCH(g + i, 0);
       constexpr int64_t kLine = 64 / sizeof(S);  // elements a cache line of the moments
-      for (int64_t i = pf; i < end; i += kLine) __builtin_prefetch(m + i, 1), __builtin_prefetch(v + i, 1);
+      for (int64_t i = pf; i < end; i += kLine) ZR_PREFETCH(m + i, 1), ZR_PREFETCH(v + i, 1);
     }
     adam_loop<kL2, kDecay, kPg>(p + b, g + b, m + b, v + b, std::min(kBlock, n - b), c);
   }
@@ -159,11 +171,16 @@ void adam_step_reference(float* p, const float* g, float* m, float* v, int64_t n
 
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
               bool nesterov, bool first_step) {
-  // Without momentum there is no buffer (buf may be null).
-  float unused = 0.f;
-#pragma omp parallel for simd schedule(static) firstprivate(unused)
-  for (int64_t i = 0; i < n; ++i)
-    sgd_elem(p[i], g[i], momentum != 0.f ? buf[i] : unused, lr, momentum, dampening, wd, nesterov, first_step);
+  if (momentum != 0.f) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) sgd_elem(p[i], g[i], buf[i], lr, momentum, dampening, wd, nesterov, first_step);
+  } else {  // without momentum there is no buffer (buf may be null) and sgd_elem does not touch it
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      float unused = 0.f;
+      sgd_elem(p[i], g[i], unused, lr, 0.f, dampening, wd, nesterov, first_step);
+    }
+  }
 }
 
 }  // namespace zerorun::kernels::cpu

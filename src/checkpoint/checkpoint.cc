@@ -32,20 +32,21 @@ std::string shard_name(int rank) {
 
 std::string resolve_dir(const std::string& save_dir, const std::string& tag) {
   namespace fs = std::filesystem;
-  if (fs::exists(fs::path(save_dir) / "manifest.json") && (tag.empty() || tag == "latest")) return save_dir;
+  const fs::path dir = platform::to_path(save_dir);
+  if (fs::exists(dir / "manifest.json") && (tag.empty() || tag == "latest")) return save_dir;
   std::string t = tag.empty() ? "latest" : tag;
   if (t == "latest") {
-    std::string lp = platform::generic_path(fs::path(save_dir) / "latest");
-    ZR_CHECK(fs::exists(lp), save_dir, ": no checkpoint here (no 'latest' file and no manifest.json)");
+    std::string lp = platform::generic_path(dir / "latest");
+    ZR_CHECK(path_exists(lp), save_dir, ": no checkpoint here (no 'latest' file and no manifest.json)");
     t = read_file(lp);
     while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
     ZR_CHECK(!t.empty() && t.find('/') == std::string::npos, lp, ": does not name a checkpoint tag");
   }
-  std::string d = platform::generic_path(fs::path(save_dir) / t);
-  if (!fs::is_directory(d)) {  // a tag that was never saved: say which ones were
+  std::string d = platform::generic_path(dir / t);
+  if (!is_directory(d)) {  // a tag that was never saved: say which ones were
     std::vector<std::string> tags;
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(save_dir, ec))
+    for (const auto& e : fs::directory_iterator(dir, ec))
       if (e.is_directory() && fs::exists(e.path() / "manifest.json"))
         tags.push_back(platform::generic_path(e.path().filename()));
     std::sort(tags.begin(), tags.end());
@@ -53,8 +54,7 @@ std::string resolve_dir(const std::string& save_dir, const std::string& tag) {
     for (const auto& x : tags) list += (list.empty() ? "" : ", ") + x;
     ZR_FAIL(save_dir, ": no checkpoint '", t, "' (", tags.empty() ? "none saved here" : "saved: " + list, ")");
   }
-  ZR_CHECK(fs::exists(fs::path(d) / "manifest.json"), d, ": checkpoint '", t, "' has no manifest.json",
-           " (incomplete save?)");
+  ZR_CHECK(path_exists(d + "/manifest.json"), d, ": checkpoint '", t, "' has no manifest.json", " (incomplete save?)");
   return d;
 }
 

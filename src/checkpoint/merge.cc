@@ -61,8 +61,7 @@ void write_hf_extras(const Graph& g, const nlohmann::json& cfg, const std::strin
   const std::string src = tok.value("dir", std::string());
   for (auto& [f, info] : tok.at("files").items()) {
     const std::string from = src + "/" + f;
-    if (!path_exists(from) ||
-        static_cast<uint64_t>(std::filesystem::file_size(from)) != info.value("bytes", uint64_t{0}) ||
+    if (!path_exists(from) || regular_file_size(from) != info.value("bytes", uint64_t{0}) ||
         file_crc32(from) != info.value("crc32", uint32_t{0})) {
       r.notes.push_back("tokenizer file " + from + " is gone or changed since the import: not copied (copy the " +
                         "tokenizer of the imported checkpoint into " + out_dir + " by hand)");

@@ -36,9 +36,13 @@ using namespace zerorun;
 
 namespace {
 
-const char* kCommHelp =
-    "GPU collectives with several ranks: nccl (default; one GPU per rank) or mpi (through host memory; ranks may "
-    "share a GPU)";
+// --comm's help: the default is mpi where NCCL does not exist (Windows).
+std::string comm_help() {
+  return platform::kHaveNccl ? "GPU collectives with several ranks: nccl (default; one GPU per rank) or mpi (through "
+                               "host memory; ranks may share a GPU)"
+                             : "GPU collectives with several ranks: mpi (default: through host memory; ranks may "
+                               "share a GPU); nccl does not exist on this platform";
+}
 
 // A whole number >= lo, with a message naming the value (CLI11's number checks print a range up to DBL_MAX).
 CLI::Validator at_least(long long lo) {
@@ -72,7 +76,7 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--device", o.device, kDeviceHelp)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app->add_option("--final_weights", o.final_weights, "write the trained fp32 weights (safetensors) here");
   app->add_option("--resume", o.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
-  app->add_option("--comm", o.comm, kCommHelp)->check(CLI::IsMember({"nccl", "mpi"}));
+  app->add_option("--comm", o.comm, comm_help())->check(CLI::IsMember({"nccl", "mpi"}));
 }
 
 int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, const MlpSpec& mlp, const Gpt2Spec& gpt,
@@ -164,6 +168,9 @@ int main(int argc, char** argv) {
   zerorun::install_stop_handler();
   spdlog::set_pattern("[zerorun] %v");
   CLI::App app{"zerorun: native ZeRO training runtime (DeepSpeed-format configs)"};
+  // Options are --name on every platform: "/data/x.bin" is a path (CLI11 reads it as an option /data on Windows by
+  // default). Set before the subcommands, which copy it.
+  app.allow_windows_style_options(false);
   app.require_subcommand(0, 1);
   app.set_version_flag("--version", std::string(ZERORUN_VERSION));
 
@@ -187,7 +194,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, kDeviceHelp)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--final_weights", launch.final_weights, "write the trained fp32 weights (safetensors) here");
   app.add_option("--resume", launch.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
-  app.add_option("--comm", launch.comm, kCommHelp)->check(CLI::IsMember({"nccl", "mpi"}));
+  app.add_option("--comm", launch.comm, comm_help())->check(CLI::IsMember({"nccl", "mpi"}));
   bool dry_run = false;
   app.add_flag("--dry_run", dry_run, "print the launcher command instead of running it");
   std::string hostfile;
@@ -358,8 +365,12 @@ int main(int argc, char** argv) {
                    "(model.bin's names, torch.nn.Linear [out, in] weights)")
       ->check(CLI::IsMember({"hf", "zerorun"}));
 
+  // UTF-8 arguments on every platform (Windows' argv is in the ANSI code page: a non-ASCII path would not survive).
+  const std::vector<std::string> args = platform::utf8_args(argc, argv);
+  std::vector<char*> arg_ptrs;
+  for (const std::string& a : args) arg_ptrs.push_back(const_cast<char*>(a.c_str()));
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     const int rc = app.exit(e);  // prints the help, or the message naming the option
     return rc == 0 ? 0 : 2;      // a usage error, like every other bad command line

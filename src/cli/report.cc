@@ -9,6 +9,7 @@
 
 #include "zerorun/build_info.h"
 #include "zerorun/comm.h"
+#include "zerorun/platform.h"
 
 extern "C" char* openblas_get_config(void);
 
@@ -19,6 +20,7 @@ std::string build_report() {
   os << "zerorun " << ZERORUN_VERSION << "\n";
   os << "--------------------------------------------------\n";
   os << "compiler ............ " << ZERORUN_COMPILER << "\n";
+  os << "platform ............ " << platform::os_name() << "\n";
   os << "CPU backend ......... yes (OpenMP " << _OPENMP << ", max threads " << omp_get_max_threads() << ")\n";
   os << "BLAS ................ " << openblas_get_config() << "\n";
   char mpi[MPI_MAX_LIBRARY_VERSION_STRING];
@@ -43,6 +45,11 @@ std::string build_report() {
   os << "--device auto ....... " << (g.count > 0 ? "cuda" : "cpu")
      << (g.count > 0 ? " (a GPU is visible; --device cpu trains on the CPU)"
                      : built_with_cuda() ? " (no GPU visible)" : " (built without CUDA)")
+     << "\n";
+  // The collectives of several GPU ranks when --comm is not given (CPU ranks always use MPI).
+  os << "--comm default ...... "
+     << (platform::kHaveNccl ? "nccl (GPU ranks; --comm mpi stages collectives through host memory)"
+                             : "mpi (GPU ranks' collectives through host memory: NCCL has no Windows build)")
      << "\n";
   return os.str();
 }

@@ -47,7 +47,7 @@ uint64_t regular_file_size(const std::string& path) {
 
 uint32_t file_crc32(const std::string& path) {
   regular_file_size(path);  // never read a FIFO or a device: it would block or never end
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(platform::to_path(path), std::ios::binary);
   ZR_CHECK(in, path, ": cannot open file");
   std::vector<char> buf(1 << 20);
   uint32_t crc = 0xffffffffu;
@@ -88,7 +88,7 @@ void AtomicFile::commit() {
   fd_ = -1;
   ZR_CHECK(platform::replace_file(tmp_, path_, &err), path_, ": rename failed: ", err);
   committed_ = true;
-  std::string dir = std::filesystem::path(path_).parent_path().string();
+  std::string dir = platform::generic_path(platform::to_path(path_).parent_path());
   platform::sync_directory(dir.empty() ? "." : dir);
 }
 
@@ -102,7 +102,7 @@ std::string read_file(const std::string& path, bool allow_pipe) {
   // a pipe only where asked for (--config <(...)); a directory or device is an error
   const platform::FileKind k = platform::file_kind(path);
   if (k != platform::FileKind::Missing && !(allow_pipe && k == platform::FileKind::Fifo)) regular_file_size(path);
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(platform::to_path(path), std::ios::binary);
   ZR_CHECK(in, path, ": cannot open file");
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -111,14 +111,14 @@ std::string read_file(const std::string& path, bool allow_pipe) {
 
 void make_dirs(const std::string& path) {
   std::error_code ec;
-  std::filesystem::create_directories(path, ec);
+  std::filesystem::create_directories(platform::to_path(path), ec);
   ZR_CHECK(!ec, path, ": cannot create directory: ", ec.message());
 }
 
-bool path_exists(const std::string& path) { return std::filesystem::exists(path); }
+bool path_exists(const std::string& path) { return std::filesystem::exists(platform::to_path(path)); }
 void check_writable_dir(const std::string& dir, const std::string& what) {
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  std::filesystem::create_directories(platform::to_path(dir), ec);
   ZR_CHECK(!ec, what, " ", dir, ": cannot create the directory: ", ec.message());
   const std::string probe = dir + "/.zerorun_write_test." + std::to_string(platform::process_id());
   std::string err;
@@ -132,7 +132,7 @@ void check_writable_dir(const std::string& dir, const std::string& what) {
 
 bool is_directory(const std::string& path) {
   std::error_code ec;
-  return std::filesystem::is_directory(path, ec);
+  return std::filesystem::is_directory(platform::to_path(path), ec);
 }
 
 }  // namespace zerorun

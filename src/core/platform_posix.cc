@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +101,7 @@ std::string generic_path(const std::filesystem::path& p) { return p.generic_stri
 std::filesystem::path to_path(const std::string& utf8) { return std::filesystem::path(utf8); }
 
 // ---- processes ----
+std::vector<std::string> utf8_args(int argc, char** argv) { return std::vector<std::string>(argv, argv + argc); }
 int process_id() { return static_cast<int>(::getpid()); }
 bool is_root_user() { return ::geteuid() == 0; }
 
@@ -131,6 +133,12 @@ int usable_cores() {
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) cores = std::max(1, CPU_COUNT(&set));
   return cores;
+}
+
+std::string os_name() {
+  struct utsname u {};
+  if (::uname(&u) != 0) return "POSIX";
+  return std::string(u.sysname) + " " + u.release + " " + u.machine;
 }
 
 std::string host_name() {

@@ -17,6 +17,7 @@
 #include <malloc.h>
 #include <process.h>
 #include <psapi.h>
+#include <shellapi.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -221,6 +222,19 @@ std::string generic_path(const std::filesystem::path& p) {
 std::filesystem::path to_path(const std::string& utf8) { return std::filesystem::path(wide(utf8)); }
 
 // ---- processes ----
+std::vector<std::string> utf8_args(int argc, char** argv) {
+  SetConsoleOutputCP(CP_UTF8);  // what zerorun prints is UTF-8
+  int n = 0;
+  wchar_t** w = CommandLineToArgvW(GetCommandLineW(), &n);
+  if (!w || n != argc) {  // not this process's command line as main saw it: keep main's argv
+    if (w) LocalFree(w);
+    return std::vector<std::string>(argv, argv + argc);
+  }
+  std::vector<std::string> out;
+  for (int i = 0; i < n; ++i) out.push_back(narrow(w[i]));
+  LocalFree(w);
+  return out;
+}
 int process_id() { return static_cast<int>(GetCurrentProcessId()); }
 bool is_root_user() { return false; }
 
@@ -285,6 +299,23 @@ int usable_cores() {
     return n;
   }
   return static_cast<int>(std::max<DWORD>(1, GetActiveProcessorCount(ALL_PROCESSOR_GROUPS)));
+}
+
+std::string os_name() {
+  // RtlGetVersion tells the real version (GetVersionEx answers 6.2 to a program without a compatibility manifest).
+  OSVERSIONINFOW v{};
+  v.dwOSVersionInfoSize = sizeof v;
+  using RtlGetVersionFn = LONG(WINAPI*)(OSVERSIONINFOW*);
+  auto fn = reinterpret_cast<RtlGetVersionFn>(
+      reinterpret_cast<void*>(GetProcAddress(GetModuleHandleW(L"ntdll.dll"), "RtlGetVersion")));
+  std::string name = "Windows";
+  if (fn && fn(&v) == 0)
+    name += " " + std::to_string(v.dwMajorVersion) + "." + std::to_string(v.dwMinorVersion) + "." +
+            std::to_string(v.dwBuildNumber);
+  SYSTEM_INFO si{};
+  GetNativeSystemInfo(&si);
+  const WORD a = si.wProcessorArchitecture;
+  return name + (a == PROCESSOR_ARCHITECTURE_AMD64 ? " x86_64" : a == PROCESSOR_ARCHITECTURE_ARM64 ? " arm64" : "");
 }
 
 std::string host_name() {

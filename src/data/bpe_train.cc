@@ -64,7 +64,7 @@ int64_t train_bpe_tokenizer(const TokenizerTrainOptions& o) {
       add_text(read_file(f));
       continue;
     }
-    std::ifstream in(f);
+    std::ifstream in(platform::to_path(f));
     int64_t line = 0;
     for (std::string l; std::getline(in, l);) {
       ++line;

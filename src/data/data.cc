@@ -30,7 +30,7 @@ std::vector<std::string> expand(const std::string& spec) {
 void read_llmc(const std::string& path, std::vector<uint32_t>& out) {
   ZR_CHECK(!is_directory(path), path, ": is a directory (give the shard files in it, e.g. '", path, "/*.bin')");
   regular_file_size(path);  // a FIFO or a device: an error naming it, not a hang
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(platform::to_path(path), std::ios::binary);
   ZR_CHECK(in, path, ": cannot open token shard");
   int32_t h[256];
   in.read(reinterpret_cast<char*>(h), sizeof h);
@@ -228,7 +228,7 @@ namespace {
 // Whether `path` (a regular file: load_token_files checked it) is a zerorun shard whose header says a loss mask
 // follows (header word 7, bit 0).
 bool zerorun_shard_has_mask(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(platform::to_path(path), std::ios::binary);
   int32_t h[8] = {};
   in.read(reinterpret_cast<char*>(h), sizeof h);
   return in && h[0] == kZerorunShardMagic && (h[7] & 1) != 0;

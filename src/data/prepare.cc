@@ -226,7 +226,7 @@ class Preparer {
     const std::vector<std::string> files = expand_inputs(o_.inputs);
     int64_t total = 0;
     for (auto& f : files) {
-      std::ifstream in(f, std::ios::binary | std::ios::ate);
+      std::ifstream in(platform::to_path(f), std::ios::binary | std::ios::ate);
       ZR_CHECK(in, "prepare: cannot open ", f);
       total += static_cast<int64_t>(in.tellg());
     }
@@ -282,7 +282,7 @@ class Preparer {
         push({read_file(f), f, false});
         continue;
       }
-      std::ifstream in(f, std::ios::binary);
+      std::ifstream in(platform::to_path(f), std::ios::binary);
       ZR_CHECK(in, "prepare: cannot open ", f);
       int64_t line = 0;
       for (std::string l; std::getline(in, l);) {

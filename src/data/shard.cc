@@ -16,7 +16,7 @@ namespace zerorun {
 TokenShard read_token_shard(const std::string& path) {
   ZR_CHECK(!is_directory(path), path, ": is a directory (give the shard files in it, e.g. '", path, "/*.bin')");
   regular_file_size(path);  // a FIFO or a device: an error naming it, not a hang
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(platform::to_path(path), std::ios::binary);
   ZR_CHECK(in, path, ": cannot open token shard");
   int32_t h[256];
   in.read(reinterpret_cast<char*>(h), sizeof h);

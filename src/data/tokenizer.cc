@@ -21,6 +21,7 @@
 #include "unicode.h"
 #include "zerorun/error.h"
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 
 namespace zerorun {
 namespace {
@@ -642,7 +643,7 @@ struct AddedToken {
   bool lstrip, rstrip, normalized, special;
 };
 
-bool file_exists(const std::string& p) { return std::ifstream(p).good() && !is_directory(p); }
+bool file_exists(const std::string& p) { return std::ifstream(platform::to_path(p)).good() && !is_directory(p); }
 
 struct Section {  // a piece of text, or an added token (token >= 0)
   std::string text;

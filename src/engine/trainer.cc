@@ -230,14 +230,14 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   // Before the first step: a run that cannot save should not find out at its first checkpoint.
   if (!cfg.train.save_dir.empty()) check_writable_dir(cfg.train.save_dir, "--save_dir");
   if (lead && !o.final_weights.empty()) {
-    const std::string parent = std::filesystem::path(o.final_weights).parent_path().string();
+    const std::string parent = platform::generic_path(platform::to_path(o.final_weights).parent_path());
     check_writable_dir(parent.empty() ? "." : parent, "--final_weights");
   }
   std::ofstream metrics;
   if (lead && !cfg.train.log_dir.empty()) {
     make_dirs(cfg.train.log_dir);
     std::string p = cfg.train.log_dir + "/metrics.jsonl";
-    metrics.open(p, o.resume.empty() ? std::ios::trunc : std::ios::app);
+    metrics.open(platform::to_path(p), std::ios::binary | (o.resume.empty() ? std::ios::trunc : std::ios::app));
     ZR_CHECK(metrics, p, ": cannot open for writing");
   }
   // The step line's tokens/s is the job's (the global batch); its TFLOP/s is a rank's share, what one device does.
@@ -255,7 +255,7 @@ int run_training(const TrainOptions& o, Communicator& comm) {
   std::ofstream eval_log;
   if (lead && eval_data && !cfg.train.log_dir.empty()) {
     const std::string p = cfg.train.log_dir + "/eval.jsonl";
-    eval_log.open(p, o.resume.empty() ? std::ios::trunc : std::ios::app);
+    eval_log.open(platform::to_path(p), std::ios::binary | (o.resume.empty() ? std::ios::trunc : std::ios::app));
     ZR_CHECK(eval_log, p, ": cannot open for writing");
   }
   auto evaluate = [&](int64_t step) {

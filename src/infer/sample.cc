@@ -16,6 +16,7 @@
 #include "zerorun/fsutil.h"
 #include "zerorun/jinja.h"
 #include "zerorun/merge.h"
+#include "zerorun/platform.h"
 #include "zerorun/tokenizer.h"
 
 namespace zerorun {
@@ -82,7 +83,7 @@ std::vector<int32_t> generate(Decoder& d, const std::vector<int32_t>& prompt, in
 
 namespace {
 
-bool is_file(const std::string& p) { return fs::is_regular_file(p); }
+bool is_file(const std::string& p) { return fs::is_regular_file(platform::to_path(p)); }
 
 // What a model path holds, loaded as f32; the tokenizer directory it names ("" if none).
 struct Loaded {
@@ -92,19 +93,19 @@ struct Loaded {
 
 Loaded load_any(const std::string& path) {
   Loaded l;
-  ZR_CHECK(fs::exists(path), "sample: ", path, " does not exist (give a model.bin, a checkpoint or a transformers ",
+  ZR_CHECK(path_exists(path), "sample: ", path, " does not exist (give a model.bin, a checkpoint or a transformers ",
            "directory)");
-  if (!fs::is_directory(path)) {
+  if (!is_directory(path)) {
     l.model = load_model(path);
     l.what = "model.bin";
-    const std::string dir = fs::path(path).parent_path().string();
+    const std::string dir = platform::generic_path(platform::to_path(path).parent_path());
     if (is_file((dir.empty() ? "." : dir) + "/tokenizer.json")) l.tokenizer = dir.empty() ? "." : dir;
   } else if (is_file(path + "/manifest.json") || is_file(path + "/latest")) {
     // A checkpoint: its full weights merged (zerorun layout) into a temporary directory, read, removed.
     std::mt19937_64 r(std::random_device{}());
-    const fs::path tmp = fs::temp_directory_path() / ("zerorun-sample-" + std::to_string(r()));
+    const fs::path tmp = platform::to_path(platform::temp_dir()) / ("zerorun-sample-" + std::to_string(r()));
     try {
-      MergeResult m = merge_checkpoint(path, "", tmp.string(), DType::F32, MergeLayout::Zerorun);
+      MergeResult m = merge_checkpoint(path, "", platform::generic_path(tmp), DType::F32, MergeLayout::Zerorun);
       l.model = load_model(m.model_bin);
     } catch (...) {
       std::error_code ec;

@@ -27,7 +27,7 @@ bool is_buffer(const std::string& name) {
 }
 
 json read_config(const std::string& dir, const std::string& cfg_path) {
-  ZR_CHECK(std::filesystem::is_directory(dir), dir, ": not a directory (give the transformers checkpoint directory)");
+  ZR_CHECK(is_directory(dir), dir, ": not a directory (give the transformers checkpoint directory)");
   ZR_CHECK(path_exists(cfg_path), dir, ": has no config.json");
   const json cfg = load_json_file_strict(cfg_path);
   ZR_CHECK(cfg.is_object(), cfg_path, ": must be a JSON object");
@@ -56,8 +56,8 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
                      std::vector<std::string>* notes) {
   namespace fs = std::filesystem;
   // The weight files: one model.safetensors, or the shards an index names.
-  const std::string single = platform::generic_path(fs::path(dir) / "model.safetensors");
-  const std::string index = platform::generic_path(fs::path(dir) / "model.safetensors.index.json");
+  const std::string single = platform::generic_path(platform::to_path(dir) / "model.safetensors");
+  const std::string index = platform::generic_path(platform::to_path(dir) / "model.safetensors.index.json");
   std::vector<std::string> files;
   if (path_exists(single)) {
     files.push_back(single);
@@ -72,10 +72,10 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
                index, ": weight_map['", name, "'] must be a file name in ", dir);
       shards.insert(file.get<std::string>());
     }
-    for (auto& f : shards) files.push_back(platform::generic_path(fs::path(dir) / f));
+    for (auto& f : shards) files.push_back(platform::generic_path(platform::to_path(dir) / f));
   } else {
     ZR_FAIL(dir, ": has no model.safetensors or model.safetensors.index.json",
-            path_exists(platform::generic_path(fs::path(dir) / "pytorch_model.bin"))
+            path_exists(platform::generic_path(platform::to_path(dir) / "pytorch_model.bin"))
                 ? " (only pytorch_model.bin, a pickle zerorun does not read: save it with safe_serialization=True, "
                   "or convert it with transformers)"
                 : "");
@@ -147,16 +147,17 @@ void load_hf_weights(Model& m, const std::string& dir, const std::string& what, 
 // (merge copies them from there; their sizes and checksums tell a changed file).
 void keep_hf_files(Model& m, const std::string& dir) {
   namespace fs = std::filesystem;
-  const std::string gen = platform::generic_path(fs::path(dir) / "generation_config.json");
+  const std::string gen = platform::generic_path(platform::to_path(dir) / "generation_config.json");
   if (path_exists(gen)) m.graph.meta["hf_generation_config"] = load_json_file_strict(gen);
   json files = json::object();
   for (const char* f : hf_tokenizer_files()) {
-    const fs::path p = fs::path(dir) / f;
-    if (fs::is_regular_file(p)) files[f] = {{"bytes", fs::file_size(p)}, {"crc32", file_crc32(p.string())}};
+    const fs::path p = platform::to_path(dir) / f;
+    if (fs::is_regular_file(p))
+      files[f] = {{"bytes", fs::file_size(p)}, {"crc32", file_crc32(platform::generic_path(p))}};
   }
   if (!files.empty())
-    m.graph.meta["hf_tokenizer"] = {{"dir", platform::generic_path(fs::absolute(dir).lexically_normal())},
-                                    {"files", files}};
+    m.graph.meta["hf_tokenizer"] = {
+        {"dir", platform::generic_path(fs::absolute(platform::to_path(dir)).lexically_normal())}, {"files", files}};
 }
 
 // The architectures' imports from config.json already read (cfg, from cfg_path).
@@ -212,7 +213,7 @@ Model decoder_from(const std::string& dir, const std::string& cfg_path, const js
 }
 
 std::string config_path(const std::string& dir) {
-  return platform::generic_path(std::filesystem::path(dir) / "config.json");
+  return platform::generic_path(platform::to_path(dir) / "config.json");
 }
 }  // namespace
 

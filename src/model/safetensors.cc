@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "zerorun/fsutil.h"
+#include "zerorun/platform.h"
 
 namespace zerorun {
 
@@ -25,7 +26,7 @@ SafetensorsFile read_safetensors_header(const std::string& path) {
   SafetensorsFile f;
   f.path = path;
   regular_file_size(path);  // a directory, FIFO or device (a symlink to /dev/zero) is an error naming it
-  std::ifstream in(path, std::ios::binary);
+  std::ifstream in(platform::to_path(path), std::ios::binary);
   ZR_CHECK(in, path, ": cannot open file");
   in.seekg(0, std::ios::end);
   uint64_t size = static_cast<uint64_t>(in.tellg());
@@ -101,7 +102,7 @@ void read_safetensors_range(const SafetensorsFile& f, const SafetensorsEntry& e,
   size_t es = dtype_size(e.dtype);
   ZR_CHECK(first >= 0 && count >= 0 && static_cast<uint64_t>((first + count) * es) <= e.end - e.begin, f.path,
            ": read of tensor '", e.name, "' out of range");
-  std::ifstream in(f.path, std::ios::binary);
+  std::ifstream in(platform::to_path(f.path), std::ios::binary);
   ZR_CHECK(in, f.path, ": cannot open file");
   in.seekg(static_cast<std::streamoff>(f.data_start + e.begin + first * es));
   in.read(static_cast<char*>(dst), static_cast<std::streamsize>(count * es));

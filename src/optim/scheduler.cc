@@ -7,6 +7,10 @@
 
 namespace zerorun {
 
+namespace {
+constexpr double kPi = 3.14159265358979323846;  // M_PI's value (M_PI is POSIX, not standard C++)
+}  // namespace
+
 LrSchedule::LrSchedule(const SchedulerConfig& s, const OptimizerConfig& o, int64_t total_steps)
     : type_(s.type), base_lr_(o.lr), p_(s.params) {
   // "auto" values (resolve_config fills them for a run; these are for library callers): max lr = optimizer lr,
@@ -79,7 +83,7 @@ LrMom LrSchedule::at_iteration(int64_t it) const {
       // cos_min_ratio.
       const double real_last = step - nw + 1, real_total = std::max(1.0, total - nw);
       const double progress = std::min(1.0, real_last / real_total);
-      ratio = std::max(0.0, cmin + (1.0 - cmin) * (1.0 + std::cos(M_PI * progress)) / 2.0);
+      ratio = std::max(0.0, cmin + (1.0 - cmin) * (1.0 + std::cos(kPi * progress)) / 2.0);
     }
     return {base_lr_ * ratio, std::nullopt};
   }

@@ -5,8 +5,6 @@
 // the tensor-core attention kernels, with and without activation
 // checkpointing). Part of
 // zerorun_cuda_tests (main in test_cuda_ops.cc; skipped without a GPU).
-#include <unistd.h>
-
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -17,6 +15,7 @@
 #include "tests/common/tiny.h"
 #include "zerorun/engine.h"
 #include "zerorun/knobs.h"
+#include "zerorun/platform.h"
 #include "zerorun/zero_plan.h"
 
 using namespace zerorun;
@@ -157,7 +156,7 @@ TEST_CASE("bf16 on one GPU: the kept 16-bit weights follow every update path and
   }
   {  // save after 4 steps, load into a fresh engine, 4 more: the run of 8
     namespace fs = std::filesystem;
-    const fs::path dir = fs::temp_directory_path() / ("zerorun_cuda_resume_" + std::to_string(::getpid()));
+    const fs::path dir = fs::temp_directory_path() / ("zerorun_cuda_resume_" + std::to_string(platform::process_id()));
     fs::remove_all(dir);
     const Config c = gpu_cfg("{" + opt + R"(, "zero_optimization": {"stage": 1}})");
     auto comm = make_self_comm();
@@ -343,9 +342,9 @@ TEST_CASE("CUDA graphs: replayed steps equal eager ones, and a bad id in a repla
           "[cuda]") {
   const Model m = tiny_gpt(4, 64, 32);
   const Config c = gpu_cfg(R"({"train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true}})");
-  setenv("ZERORUN_CUDA_GRAPHS", "0", 1);
+  platform::set_env("ZERORUN_CUDA_GRAPHS", "0");
   const auto eager = train_losses(m, c, 6);
-  unsetenv("ZERORUN_CUDA_GRAPHS");
+  platform::unset_env("ZERORUN_CUDA_GRAPHS");
   const auto graphed = train_losses(m, c, 6);
   for (size_t i = 0; i < eager.size(); ++i) REQUIRE(graphed[i] == Approx(eager[i]).epsilon(1e-5));
 
@@ -387,10 +386,10 @@ TEST_CASE(
     REQUIRE(ex.residual_fusions() == 2 * s.n_layer);
   }
   Grads fused = grads_on(m, 96, 2, 80, Device::cuda(0), true);
-  setenv("ZERORUN_FUSE", "0", 1);
+  platform::set_env("ZERORUN_FUSE", "0");
   reload_knobs();
   Grads plain = grads_on(m, 96, 2, 80, Device::cuda(0), true);
-  unsetenv("ZERORUN_FUSE");
+  platform::unset_env("ZERORUN_FUSE");
   reload_knobs();
   worst_diff(fused, grads_on(m, 96, 2, 80, Device::cpu()), 4e-2);
   // The epilogue's GELU reads the f32 product, the separate kernel its bf16 rounding: close, not equal.

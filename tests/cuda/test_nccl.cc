@@ -3,18 +3,19 @@
 // stream ordering and the host/device routing). Exit 77 without a GPU.
 // `--stall` (tests/run_multi_gpu.sh, 2+ GPUs): rank 1 stops before a device all_reduce, so rank 0's watchdog
 // (ZERORUN_COMM_TIMEOUT=3) must abort NCCL and end the job, naming the op and its sequence number.
-#include <unistd.h>
-
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "zerorun/comm.h"
 #include "zerorun/cuda_rt.h"
 #include "zerorun/error.h"
 #include "zerorun/knobs.h"
+#include "zerorun/platform.h"
 #include "zerorun/tensor.h"
 #include "zerorun/trainer.h"
 
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
     return 77;
   }
   const bool stall = argc > 1 && std::strcmp(argv[1], "--stall") == 0;
-  if (stall) setenv("ZERORUN_COMM_TIMEOUT", "3", 1), reload_knobs();
+  if (stall) platform::set_env("ZERORUN_COMM_TIMEOUT", "3"), reload_knobs();
   int passed = 0, failed = 0;
   auto expect = [&](bool ok, const char* what) {
     ok ? ++passed : ++failed;
@@ -41,7 +42,7 @@ int main(int argc, char** argv) {
       Tensor d = Tensor::zeros({1024}, DType::F32, MemCategory::Buffers, gpu);
       comm->all_reduce(d.f32(), 1024, DType::F32, ReduceOp::Sum);  // both ranks: completes
       (void)d.to(Device::cpu());
-      if (R == 1) sleep(60);  // the stuck rank
+      if (R == 1) std::this_thread::sleep_for(std::chrono::seconds(60));  // the stuck rank
       comm->all_reduce(d.f32(), 1024, DType::F32, ReduceOp::Sum);
       (void)d.to(Device::cpu());
       std::printf("rank %d: the all_reduce returned (the watchdog did not fire)\n", R);

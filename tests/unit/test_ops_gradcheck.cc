@@ -14,6 +14,7 @@ using Vec = std::vector<double>;
 using RefFn = std::function<Vec(const std::vector<Vec>& in, const std::map<std::string, Vec>& p)>;
 
 namespace {
+constexpr double kPi = 3.14159265358979323846;  // M_PI is POSIX, not standard C++
 
 struct Arg {
   Shape shape;
@@ -228,7 +229,7 @@ TEST_CASE("swiglu gradcheck (silu(gate) * up, and the same value as gate and up)
 TEST_CASE("activations gradcheck", "[ops]") {
   Rng r(5);
   std::map<std::string, std::function<double(double)>> f = {
-      {"gelu", [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }},
+      {"gelu", [](double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / kPi) * (x + 0.044715 * x * x * x))); }},
       {"relu", [](double x) { return x > 0 ? x : 0; }},
       {"silu", [](double x) { return x / (1 + std::exp(-x)); }},
   };
@@ -480,7 +481,7 @@ TEST_CASE("rmsnorm with Gemma's offset, geglu, scale and softcap gradcheck", "[o
     Vec y(in[0].size());
     for (size_t i = 0; i < y.size(); ++i) {
       const double g = in[0][i];
-      y[i] = 0.5 * g * (1 + std::tanh(std::sqrt(2 / M_PI) * (g + 0.044715 * g * g * g))) * in[1][i];
+      y[i] = 0.5 * g * (1 + std::tanh(std::sqrt(2 / kPi) * (g + 0.044715 * g * g * g))) * in[1][i];
     }
     return y;
   };

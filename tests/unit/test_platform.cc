@@ -1,11 +1,14 @@
 // The platform layer (include/zerorun/platform.h) on the platform at hand: the same test runs on Linux and, in the
 // Windows cross-build, under wine, where each of these was a silent bug before (text-mode writes, rename onto an
 // existing file, lost exit codes, backslashes in written paths).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 #include "zerorun/fsutil.h"
 #include "zerorun/platform.h"
@@ -77,4 +80,53 @@ TEST_CASE("platform: paths written with forward slashes, environment, processes"
   CHECK(platform::peak_rss_bytes() > 0);
   CHECK(platform::is_ipv6_literal("::1"));
   CHECK(!platform::is_ipv6_literal("host-1"));
+}
+
+TEST_CASE("platform: UTF-8 paths, a file under a non-ASCII directory written, found, listed and read", "[platform]") {
+  namespace fs = std::filesystem;
+  // "Jürgen_日本_Ωmega" and "dätä.bin" as UTF-8 bytes (no dependence on the compiler's source charset). On Windows
+  // std::ifstream(std::string) and fs::path(std::string) read such a name in the ANSI code page: not found, or a
+  // file created under a mangled name.
+  const std::string name = "J\xc3\xbcrgen_\xe6\x97\xa5\xe6\x9c\xac_\xce\xa9mega";
+  const std::string file = "d\xc3\xa4t\xc3\xa4.bin";
+  const std::string root = platform::make_temp_dir("zr_utf8_");
+  const std::string dir = root + "/" + name;
+  make_dirs(dir);
+  CHECK(is_directory(dir));
+  CHECK(platform::file_kind(dir) == platform::FileKind::Directory);
+  const std::string f = dir + "/" + file;
+  write_file_atomic(f, std::string("bytes\n\0z", 8));
+  CHECK(path_exists(f));
+  CHECK(regular_file_size(f) == 8);
+  CHECK(read_file(f) == std::string("bytes\n\0z", 8));
+  CHECK(file_crc32(f) == (crc32_update(0xffffffffu, "bytes\n\0z", 8) ^ 0xffffffffu));
+  {
+    std::ifstream in(platform::to_path(f), std::ios::binary);
+    REQUIRE(in);
+    std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(s.size() == 8);
+  }
+  std::ofstream(platform::to_path(dir + "/\xc3\xb6.txt"), std::ios::binary) << "x";
+  CHECK(platform::glob(dir + "/*.bin") == std::vector<std::string>{f});
+  CHECK(platform::glob(root + "/J*/d*.bin") == std::vector<std::string>{f});
+  // The names on disk are the UTF-8 ones (what the file system holds, read back through the wide API on Windows).
+  std::vector<std::string> listed;
+  for (const auto& e : fs::directory_iterator(platform::to_path(dir)))
+    listed.push_back(platform::generic_path(e.path().filename()));
+  std::sort(listed.begin(), listed.end());
+  CHECK(listed == std::vector<std::string>{file, "\xc3\xb6.txt"});
+  CHECK(platform::generic_path(platform::to_path(f)) == f);
+  CHECK(platform::generic_path(platform::to_path(f).parent_path()) == dir);
+  std::string err;
+  CHECK(platform::replace_file(dir + "/\xc3\xb6.txt", f, &err));
+  CHECK(read_file(f) == "x");
+  CHECK(platform::remove_file(f));
+  CHECK(!path_exists(f));
+  // The program's arguments come back as given (on Windows: through the wide command line, when it is ours).
+  const char* args[] = {"zerorun", "--save_dir", "J\xc3\xbcrgen"};
+  const std::vector<std::string> a = platform::utf8_args(3, const_cast<char**>(args));
+  REQUIRE(a.size() == 3);
+  if (platform::kHaveNccl) CHECK(a[2] == "J\xc3\xbcrgen");  // POSIX: argv itself
+  fs::remove_all(platform::to_path(root));
+  CHECK(!path_exists(dir));
 }

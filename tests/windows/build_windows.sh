@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build-win}
+[[ "$BUILD" = /* ]] || BUILD=$PWD/$BUILD
 JOBS=${JOBS:-$(nproc)}
 bash tests/windows/install_deps.sh
 mkdir -p "$BUILD/deps"
@@ -22,7 +23,7 @@ command -v ccache >/dev/null && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 GOMP=$(x86_64-w64-mingw32-g++-posix -print-file-name=libgomp.a)
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD" -DOpenMP_gomp_LIBRARY="$GOMP" -DCMAKE_TOOLCHAIN_FILE="$PWD/cmake/toolchain-mingw64.cmake" -DCMAKE_BUILD_TYPE=Release \
-  -DZERORUN_ENABLE_CUDA=OFF -DZERORUN_BUILTIN_GEMM=ON -DZERORUN_HEADER_DEPS="$PWD/$BUILD/deps" "${LAUNCHER[@]}" \
+  -DZERORUN_ENABLE_CUDA=OFF -DZERORUN_BUILTIN_GEMM=ON -DZERORUN_HEADER_DEPS="$BUILD/deps" "${LAUNCHER[@]}" \
   ${ZERORUN_WIN_CMAKE_ARGS:-} >/dev/null
 cmake --build "$BUILD" -j"$JOBS" --target zerorun zerorun_tests zerorun_fuzz_test zerorun_msmpi_standin
 ls -la "$BUILD/zerorun.exe" "$BUILD/tests/zerorun_tests.exe" "$BUILD/tests/zerorun_fuzz_test.exe"
