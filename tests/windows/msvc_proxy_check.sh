@@ -11,7 +11,8 @@
 #     way with x86_64-w64-mingw32-g++-posix. The CUDA sources (.cu) get half 1 only.
 #  3. tests/windows/cmake_flags_test.cmake: the flags CMake gives cl.exe, GCC and nvcc (cmake/ZerorunFlags.cmake).
 # What it cannot see: MSVC's own front end (two-phase lookup, /permissive- differences) and nvcc with cl.exe.
-# About 145 s of CPU time: 75 s on 2 idle cores (6 min when the 2 cores were shared with 4 other builds); JOBS=N.
+# About 150 s of CPU time: 2 min 39 s on this 2-core machine with other builds running (load 5), 6 min at load 10;
+# JOBS=N sets the parallelism (default: the cores).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 t0=$(date +%s)
