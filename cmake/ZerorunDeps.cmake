@@ -52,12 +52,10 @@ if(ZERORUN_ENABLE_CUDA)
     # Blackwell (sm_100 B200, sm_120 RTX 50xx) where the toolkit has them (12.8+); the last as PTX too, so later
     # cards can JIT it. Only when the user gives none (-DCMAKE_CUDA_ARCHITECTURES=90 builds one, as CI does):
     # enable_language would fill in nvcc's own default, so whether one was given is asked before it.
-    set(ZERORUN_CUDA_ARCH_LIST 80-real 86-real 89-real 90-real)
     if(CMAKE_CUDA_COMPILER_VERSION VERSION_GREATER_EQUAL 12.8)
-      list(APPEND ZERORUN_CUDA_ARCH_LIST 100-real 120)
+      set(ZERORUN_CUDA_ARCH_LIST 80-real 86-real 89-real 90-real 100-real 120)
     else()
-      list(REMOVE_ITEM ZERORUN_CUDA_ARCH_LIST 90-real)
-      list(APPEND ZERORUN_CUDA_ARCH_LIST 90)
+      set(ZERORUN_CUDA_ARCH_LIST 80-real 86-real 89-real 90)
     endif()
     if(zr_pick_archs)
       set(CMAKE_CUDA_ARCHITECTURES "${ZERORUN_CUDA_ARCH_LIST}" CACHE STRING "CUDA architectures" FORCE)

@@ -97,7 +97,6 @@ class Engine {
   Tensor micro_graphed(const std::map<std::string, Tensor>& host_inputs, bool fresh, float loss_grad);
   // The step's view of ZeRO's state: the hooks around each block (stages 2-3) and the update piece by piece.
   void on_block(size_t b, bool forward, bool before) { state_->on_block(b, forward, before); }
-  RoundedOut rounded_out(int64_t begin);  // the fused-update targets at compute element `begin` (or none)
   // The main stream waits for any update still on the side stream (before state is read or written).
   void settle();
   kernels::Backend& be() const;

@@ -202,8 +202,6 @@ void Engine::settle() {
   if (side_) side_->main_waits(static_cast<int>(state_->plan().groups.size()));
 }
 
-RoundedOut Engine::rounded_out(int64_t begin) { return state_->update_targets(begin); }
-
 double Engine::eval_loss(DataSource& data, int64_t batches) {
   profile::Scope whole(".. eval");
   const int W = comm_.size(), r = comm_.rank();
@@ -345,7 +343,7 @@ StepStats Engine::train_step(DataSource& data) {
     {
       profile::Scope ps("optimizer");
       if (stage_ == 0 && !overlap_) {
-        opt_->step(state_->full_master(), g, lm.lr, beta1, rounded_out(0));
+        opt_->step(state_->full_master(), g, lm.lr, beta1, state_->update_targets(0));
       } else {  // group by group: this rank's shards (stages 1-3), or every group on the side stream (overlap_)
         std::optional<cuda::SideStream::Scope> on;
         if (overlap_) side_->after_main(), on.emplace(*side_);  // after the (clipped) gradients
@@ -354,7 +352,7 @@ StepStats Engine::train_step(DataSource& data) {
         for (int gi = 0; gi < n; ++gi) {
           // With offload: the gradient shard copied to the host, the CPU optimizer on the host master.
           const zero::UpdatePiece u = state_->update_piece(gi);
-          opt_->update(u.weights, u.grads, u.state_offset, u.n, lm.lr, beta1, rounded_out(u.flat_begin));
+          opt_->update(u.weights, u.grads, u.state_offset, u.n, lm.lr, beta1, state_->update_targets(u.flat_begin));
           if (overlap_) side_->record(gi);
         }
         if (overlap_) side_->record(n);
@@ -364,7 +362,7 @@ StepStats Engine::train_step(DataSource& data) {
     ++updates_;
     {
       profile::Scope ps("refresh+gather params");
-      state_->after_update(rounded_out(0).f32 != nullptr);
+      state_->after_update(state_->update_targets(0).f32 != nullptr);
     }
     st.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
     if (opt_->nvme()) st.nvme_wait_seconds = opt_->nvme()->wait_seconds() - nvme_wait0;
