@@ -86,6 +86,13 @@ struct NodeCtx {
   Tensor dparam(const std::string& role) const;  // undefined if no grad wanted
 };
 
+// Elementwise epilogues a product may apply to its own output in place of the node that follows it (the fusion
+// plan, src/graph/fusion_plan.cc, pairs an op declaring one with a producer that fuses it).
+enum class Epilogue {
+  None,
+  GeluTanh,  // GELU, tanh approximation (consumer side: Op::fuses_gelu, NodeCtx::fuse_gelu)
+};
+
 class Op {
  public:
   virtual ~Op() = default;
@@ -111,21 +118,31 @@ class Op {
   virtual bool takes_dout16(size_t /*output*/) const { return false; }
   // True for ops whose output is the scalar loss.
   virtual bool is_loss() const { return false; }
-  // Whether the op honours NodeCtx::fuse_gelu and dgelu_input (linear).
+  // Whether the op honours NodeCtx::fuse_gelu and dgelu_input (linear): it may absorb an Epilogue::GeluTanh node.
   virtual bool fuses_gelu() const { return false; }
+  // The elementwise epilogue this one-input, one-output op is (gelu: GeluTanh): a preceding product that fuses it
+  // may compute it in its forward, and a following one apply its derivative in its input gradient.
+  virtual Epilogue epilogue() const { return Epilogue::None; }
   // Reads parameter `role` only through its 16-bit copy where the executor holds one (NodeCtx::params16), never
   // its f32 values: the engine then need not refresh the f32 compute copy of it after an update.
   virtual bool reads_param16_only(const std::string& /*role*/) const { return false; }
   // True where d(input) is d(output) itself whenever their shapes match (add): the executor may then hand the
   // input the output's gradient tensor and leave din[input] undefined.
   virtual bool grad_is_dout(size_t /*input*/) const { return false; }
-  // Whether the op honours NodeCtx::residual (linear).
+  // Whether the op honours NodeCtx::residual (linear): it may absorb a residual_add node reading its output.
   virtual bool fuses_residual() const { return false; }
+  // A plain two-input add, out[0] = in[0] + in[1] and nothing else (add): a preceding product that fuses_residual
+  // may compute it as its epilogue (where the shapes match at run time) and the node is then skipped.
+  virtual bool residual_add() const { return false; }
   // Row-local: input 0 and output 0 are [..., width] and each output row depends only on the same input row
   // (other inputs, if any, indexed by the same rows: a loss's targets); for a loss, it honours
   // NodeCtx::loss_denom. The executor may then run the op on chunks of rows (linear, softcap, cross_entropy: the
   // chunked head and loss).
   virtual bool rows_independent() const { return false; }
+  // Bytes a node of this op saves for its backward besides its outputs, given its inputs (validated), on the CPU or
+  // a GPU (attention: the CPU kernel's probabilities, the GPU kernels' row statistics): the memory estimate's
+  // activations (src/engine/estimate.cc).
+  virtual double saved_bytes(const Node& /*n*/, const std::vector<ValueInfo>& /*in*/, bool /*gpu*/) const { return 0; }
   // What selective recomputation calls this op (Executor::recompute): "norms", "mlp_act", "attention"; empty:
   // never recomputed alone.
   virtual const char* recompute_class() const { return ""; }
@@ -237,8 +254,6 @@ class Executor {
 
  private:
   void run_node_forward(size_t i);
-  void plan_gelu_fusions();
-  void plan_residual_fusions();
   void plan_loss_chunks();
   int64_t chunk_rows(int64_t N) const;  // rows per chunk of the loss chain at N rows; 0: not chunked
   void chunked_loss(bool backward);     // the chain over its chunks (backward: with the gradients)
@@ -261,8 +276,8 @@ class Executor {
   // Per value: its (node, input) uses and its producer (node, output), node -1 for graph inputs.
   std::vector<std::vector<std::pair<size_t, size_t>>> uses_;
   std::vector<std::pair<int, size_t>> producer_;
-  bool store16(size_t node, size_t out) const;  // forward output kept in 16 bits (Op::emits16)
-  std::vector<std::vector<bool>> out16_;        // store16 per node output, fixed by the graph
+  // The fusion plan (src/graph/fusion_plan.h), made once in the constructor: per node output, kept in 16 bits.
+  std::vector<std::vector<bool>> out16_;
   // Per node: the GELU node a linear computes in its forward (fwd) / whose backward its input gradient does
   // (bwd), or -1; per GELU node: whether this forward already produced its output.
   std::vector<int> gelu_fwd_, gelu_bwd_;

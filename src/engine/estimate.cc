@@ -66,9 +66,9 @@ double bucket_peak(const zero::BucketLayout& L, const zero::Plan& plan, int stag
   return peak;
 }
 
-// Activations of one micro-batch in f32: every value the forward makes (kept for the backward) and what attention
-// saves besides (the CPU kernel its B x H x T x T probabilities, the GPU kernels B x H x T row statistics), as the
-// engine's activations peak counts them (checked by tests/load_memory_test.sh). Activation checkpointing is not
+// Activations of one micro-batch in f32: every value the forward makes (kept for the backward) and what ops save
+// besides (Op::saved_bytes: attention's B x H x T x T probabilities on the CPU, B x H x T row statistics on a GPU), as
+// the engine's activations peak counts them (checked by tests/load_memory_test.sh). Activation checkpointing is not
 // modelled.
 double activation_bytes(const Model& m, int64_t B, int64_t T, bool gpu) {
   std::map<std::string, int64_t> syms = {{"B", B}, {"T", T}};
@@ -81,10 +81,12 @@ double activation_bytes(const Model& m, int64_t B, int64_t T, bool gpu) {
   double total = 0;
   for (const Node& n : m.graph.nodes) {
     for (const std::string& out : n.out) total += size(out);
-    if (n.op == "attention") {
-      const double H = static_cast<double>(n.attrs.value("n_head", int64_t{1}));
-      total += 4.0 * static_cast<double>(B) * H * static_cast<double>(T) * (gpu ? 1.0 : static_cast<double>(T));
+    std::vector<ValueInfo> in;
+    for (const std::string& x : n.in) {
+      auto it = v.find(x);
+      in.push_back(it == v.end() ? ValueInfo{} : it->second);
     }
+    total += op_lookup(n.op).saved_bytes(n, in, gpu);  // Op::saved_bytes: attention's
   }
   return total;
 }

@@ -1,15 +1,17 @@
 // Runs a validated graph: forward in node order, backward in reverse with
 // gradient accumulation, block hooks, and activation checkpointing
 // (a checkpointed block drops what it saved and recomputes in backward).
-// It also fuses neighbouring nodes where the backend can (planned once from the graph, ZERORUN_FUSE=0 turns it
-// off): GELU into the linears on both sides, residual adds into the projection before them, an add's input
-// gradients as its output gradient itself, and the loss op's backward into its forward when d(loss) is announced.
-// The head and loss run over chunks of rows (chunked_loss), and selected nodes are recomputed (recompute_node).
+// It also fuses neighbouring nodes where the backend can (planned once by plan_fusions, fusion_plan.cc, from what
+// the ops declare; ZERORUN_FUSE=0 turns it off): GELU into the linears on both sides, residual adds into the projection
+// before them, an add's input gradients as its output gradient itself, and the loss op's backward into its forward when
+// d(loss) is announced. The head and loss run over chunks of rows (chunked_loss), and selected nodes are recomputed
+// (recompute_node).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <set>
 
+#include "fusion_plan.h"
 #include "kernels/backend.h"
 #include "zerorun/graph.h"
 #include "zerorun/knobs.h"
@@ -52,13 +54,14 @@ Executor::Executor(const Graph& g, std::map<std::string, Tensor> params, std::ma
     for (size_t k = 0; k < node_out_[i].size(); ++k) producer_[node_out_[i][k]] = {static_cast<int>(i), k};
   }
   checkpoint_block.assign(g_.blocks.size(), false);
-  out16_.resize(node_out_.size());
-  for (size_t i = 0; i < node_out_.size(); ++i)
-    for (size_t k = 0; k < node_out_[i].size(); ++k) out16_[i].push_back(store16(i, k));
+  FusionPlan plan = plan_fusions({ops_, node_in_, node_out_, uses_, producer_, node_block_, loss_id_});
+  out16_ = std::move(plan.out16);
+  gelu_fwd_ = std::move(plan.epilogue_fwd);  // the one epilogue there is: GELU
+  gelu_bwd_ = std::move(plan.epilogue_bwd);
+  res_add_ = std::move(plan.res_add);
+  res_value_ = std::move(plan.res_value);
   fuse_ = knobs().fuse;
   done_.assign(g_.nodes.size(), false);
-  plan_gelu_fusions();
-  plan_residual_fusions();
   recompute_node.assign(g_.nodes.size(), false);
   plan_loss_chunks();
 }
@@ -108,7 +111,8 @@ int64_t Executor::chunk_rows(int64_t N) const {
   bool all16 = kernels::backend(x.device()).activations16();  // the chain's values all in 16 bits
   for (size_t k = 0; k + 1 < loss_chain_.size(); ++k) all16 = all16 && out16_[loss_chain_[k]][0];
   int64_t r = loss_chunk_rows;
-  if (r <= 0 && loss_chunk_bytes > 0 && V >= loss_chunk_min_vocab) r = std::max<int64_t>(8, loss_chunk_bytes / (V * (all16 ? 2 : 4)) / 8 * 8);
+  if (r <= 0 && loss_chunk_bytes > 0 && V >= loss_chunk_min_vocab)
+    r = std::max<int64_t>(8, loss_chunk_bytes / (V * (all16 ? 2 : 4)) / 8 * 8);
   return r > 0 && r < N ? r : 0;
 }
 
@@ -268,46 +272,7 @@ int planned(const std::vector<int>& per_node) {  // entries naming a fused partn
 }
 }  // namespace
 
-// An add whose input comes only from a linear (f32, same block), the other input made before that linear: the
-// linear's product adds it (cuBLASLt's C with beta 1) and the add is skipped.
-void Executor::plan_residual_fusions() {
-  res_add_.assign(g_.nodes.size(), -1);
-  res_value_.assign(g_.nodes.size(), 0);
-  for (size_t a = 0; a < g_.nodes.size(); ++a) {
-    if (g_.nodes[a].op != "add" || node_in_[a].size() != 2 || node_in_[a][0] == node_in_[a][1]) continue;
-    for (size_t k : {size_t{1}, size_t{0}}) {
-      const size_t y = node_in_[a][k], r = node_in_[a][1 - k];
-      const auto [p, po] = producer_[y];
-      if (p < 0 || po != 0 || !ops_[p]->fuses_residual() || uses_[y].size() != 1 || out16_[p][0] ||
-          node_block_[p] != node_block_[a] || res_add_[p] >= 0 || producer_[r].first >= p)
-        continue;
-      res_add_[p] = static_cast<int>(a);
-      res_value_[p] = r;
-      break;
-    }
-  }
-}
-
 int Executor::residual_fusions() const { return planned(res_add_); }
-
-// A GELU whose input comes only from a linear (fused into that product's epilogue) and whose output goes only
-// to a linear (whose input gradient then applies GELU's derivative too), values 16-bit, all in one block.
-void Executor::plan_gelu_fusions() {
-  gelu_fwd_.assign(g_.nodes.size(), -1);
-  gelu_bwd_.assign(g_.nodes.size(), -1);
-  for (size_t i = 0; i < g_.nodes.size(); ++i) {
-    if (g_.nodes[i].op != "gelu") continue;
-    const size_t v = node_in_[i][0], out = node_out_[i][0];
-    const auto [p, po] = producer_[v];
-    if (p < 0 || po != 0 || !ops_[p]->fuses_gelu() || uses_[v].size() != 1 || node_block_[p] != node_block_[i] ||
-        !out16_[p][0] || !out16_[i][0])
-      continue;
-    gelu_fwd_[p] = static_cast<int>(i);
-    if (uses_[out].size() != 1) continue;
-    const auto [q, k] = uses_[out][0];
-    if (k == 0 && ops_[q]->fuses_gelu() && node_block_[q] == node_block_[i]) gelu_bwd_[q] = static_cast<int>(i);
-  }
-}
 
 // Inputs whose gradient can be the output's gradient tensor itself (Op::grad_is_dout): fresh, f32, the output's
 // shape, not the node's input twice, the tensor no other live value's gradient. Two inputs share it only when every
@@ -344,14 +309,6 @@ std::vector<bool> Executor::grad_aliases(size_t i, const std::vector<Tensor>& do
 
 int Executor::gelu_forward_fusions() const { return planned(gelu_fwd_); }
 int Executor::gelu_backward_fusions() const { return planned(gelu_bwd_); }
-
-bool Executor::store16(size_t i, size_t out) const {
-  const size_t v = node_out_[i][out];
-  if (v == loss_id_ || uses_[v].empty() || !ops_[i]->emits16(out)) return false;
-  for (auto [node, k] : uses_[v])
-    if (!ops_[node]->takes16(k)) return false;
-  return true;
-}
 
 bool Executor::stores16(const std::string& value) const {
   auto it = value_id_.find(value);

@@ -343,6 +343,30 @@ TEST_CASE(
   CHECK(el.residual_fusions() == 2);
 }
 
+TEST_CASE("fusion plan: driven by what ops declare (Op::epilogue, Op::residual_add), not by their names", "[train]") {
+  for (const std::string& name : op_names()) {  // the declarations as they stand: gelu and add
+    CHECK((op_lookup(name).epilogue() == Epilogue::GeluTanh) == (name == "gelu"));
+    CHECK(op_lookup(name).residual_add() == (name == "add"));
+  }
+  // The same GPT with relu (no epilogue) for GELU and mul (no residual add) for the adds: nothing is fused.
+  Model g = tiny_gpt();
+  Graph other = g.graph;
+  int swapped = 0;
+  for (Node& n : other.nodes)
+    if (n.op == "gelu" || n.op == "add") {
+      n.op = n.op == "gelu" ? "relu" : "mul";
+      ++swapped;
+    }
+  CHECK(swapped == 7);  // 2 GELUs, 4 residual adds and the embeddings' add
+  std::map<std::string, Tensor> none;
+  Executor ex(g.graph, none, none), eo(other, none, none);
+  CHECK(ex.gelu_forward_fusions() == 2);
+  CHECK(ex.residual_fusions() == 4);
+  CHECK(eo.gelu_forward_fusions() == 0);
+  CHECK(eo.gelu_backward_fusions() == 0);
+  CHECK(eo.residual_fusions() == 0);
+}
+
 TEST_CASE("eval loss: the first batch's eval equals step 1's loss; evaluating never changes training", "[train]") {
   for (const char* z : {R"({"stage": 0})", R"({"stage": 3, "stage3_param_persistence_threshold": 0})"}) {
     INFO(z);

@@ -7,6 +7,7 @@ class Activation : public Op16 {
  public:
   explicit Activation(kernels::Act a) : act_(a) {}
   const char* recompute_class() const override { return "mlp_act"; }
+  Epilogue epilogue() const override { return act_ == kernels::Act::Gelu ? Epilogue::GeluTanh : Epilogue::None; }
   std::vector<ValueInfo> infer(const Node&, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
     expect_inputs(in, 1);

@@ -22,6 +22,7 @@ class Add : public Op {
   }
   bool writes_grad(size_t) const override { return true; }
   bool grad_is_dout(size_t) const override { return true; }  // where b is not broadcast
+  bool residual_add() const override { return true; }
   bool writes_grad16(const NodeCtx& c, size_t) const override {
     return be(c).activations16() && c.in[0].numel() == c.in[1].numel();
   }

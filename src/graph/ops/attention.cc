@@ -21,7 +21,8 @@ AttnDims dims_of(const Node& n, const Shape& s) {
     const std::string& k = it.key();
     ZR_CHECK(k == "n_head" || k == "n_kv_head" || k == "scale" || k == "window" || k == "softcap" || k == "dropout" ||
                  k == "site",
-             "attention has no attribute '", k, "' (it takes n_head, n_kv_head, scale, window, softcap, dropout, site)");
+             "attention has no attribute '", k,
+             "' (it takes n_head, n_kv_head, scale, window, softcap, dropout, site)");
   }
   ZR_CHECK(s.size() == 3, "qkv must be [B, T, (n_head + 2 n_kv_head) x head size], got ", shape_str(s));
   AttnDims d;
@@ -66,6 +67,12 @@ AttnDims dims_with_positions(const NodeCtx& c) {
 class Attention : public Op {
  public:
   const char* recompute_class() const override { return "attention"; }
+  // f32 B x H x T x T probabilities (CPU) or B x H x T row statistics (GPU).
+  double saved_bytes(const Node& n, const std::vector<ValueInfo>& in, bool gpu) const override {
+    const double B = static_cast<double>(in.at(0).shape.at(0)), T = static_cast<double>(in.at(0).shape.at(1));
+    const double H = static_cast<double>(n.attrs.value("n_head", int64_t{1}));
+    return 4.0 * B * H * T * (gpu ? 1.0 : T);
+  }
   std::vector<ValueInfo> infer(const Node& n, const std::vector<ValueInfo>& in,
                                const std::map<std::string, Shape>&) const override {
     ZR_CHECK(in.size() == 1 || in.size() == 2, "expects qkv and optionally positions, got ", in.size(), " inputs");

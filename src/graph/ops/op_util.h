@@ -160,25 +160,9 @@ inline bool dropout_mask(const NodeCtx& c, float p, int64_t per_sample, kernels:
   return true;
 }
 
-std::unique_ptr<Op> make_linear();
-std::unique_ptr<Op> make_matmul();
-std::unique_ptr<Op> make_add();
-std::unique_ptr<Op> make_mul();
-std::unique_ptr<Op> make_gelu();
-std::unique_ptr<Op> make_relu();
-std::unique_ptr<Op> make_silu();
-std::unique_ptr<Op> make_swiglu();
-std::unique_ptr<Op> make_geglu();
-std::unique_ptr<Op> make_scale();
-std::unique_ptr<Op> make_softcap();
-std::unique_ptr<Op> make_dropout();
-std::unique_ptr<Op> make_qk_norm();
-std::unique_ptr<Op> make_layernorm();
-std::unique_ptr<Op> make_rmsnorm();
-std::unique_ptr<Op> make_attention();
-std::unique_ptr<Op> make_rope();
-std::unique_ptr<Op> make_embedding();
-std::unique_ptr<Op> make_cross_entropy();
-std::unique_ptr<Op> make_mse();
+// The op factories, one per line of op_list.h, each defined in its op's file.
+#define ZR_OP(name) std::unique_ptr<Op> make_##name();
+#include "op_list.h"
+#undef ZR_OP
 
 }  // namespace zerorun::ops

@@ -1,4 +1,4 @@
-// Name -> op table. Explicit (no static-initialiser registration) so that
+// Name -> op table, from the list in op_list.h. Explicit (no static-initialiser registration) so that
 // linking the static library never drops an op.
 #include <map>
 
@@ -9,26 +9,9 @@ namespace {
 const std::map<std::string, std::unique_ptr<Op>>& table() {
   static const auto* t = [] {
     auto* m = new std::map<std::string, std::unique_ptr<Op>>();
-    (*m)["linear"] = ops::make_linear();
-    (*m)["matmul"] = ops::make_matmul();
-    (*m)["add"] = ops::make_add();
-    (*m)["mul"] = ops::make_mul();
-    (*m)["gelu"] = ops::make_gelu();
-    (*m)["relu"] = ops::make_relu();
-    (*m)["silu"] = ops::make_silu();
-    (*m)["swiglu"] = ops::make_swiglu();
-    (*m)["geglu"] = ops::make_geglu();
-    (*m)["scale"] = ops::make_scale();
-    (*m)["softcap"] = ops::make_softcap();
-    (*m)["dropout"] = ops::make_dropout();
-    (*m)["qk_norm"] = ops::make_qk_norm();
-    (*m)["layernorm"] = ops::make_layernorm();
-    (*m)["rmsnorm"] = ops::make_rmsnorm();
-    (*m)["attention"] = ops::make_attention();
-    (*m)["rope"] = ops::make_rope();
-    (*m)["embedding"] = ops::make_embedding();
-    (*m)["cross_entropy"] = ops::make_cross_entropy();
-    (*m)["mse"] = ops::make_mse();
+#define ZR_OP(name) (*m)[#name] = ops::make_##name();
+#include "op_list.h"
+#undef ZR_OP
     return m;
   }();
   return *t;
