@@ -574,7 +574,10 @@ LONG WINAPI on_fatal(EXCEPTION_POINTERS* ep) {
         static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(frames[i]) - reinterpret_cast<uintptr_t>(mod)));
   }
   std::fflush(stderr);
-  return EXCEPTION_CONTINUE_SEARCH;  // the default action: the process ends with the exception's code
+  // End here with the exception's code as the exit status (what Windows' default action gives): passing the
+  // exception on would start a debugger where one is registered (wine's winedbg, which then exits 0).
+  TerminateProcess(GetCurrentProcess(), code ? static_cast<UINT>(code) : 3u);
+  return EXCEPTION_CONTINUE_SEARCH;
 }
 }  // namespace
 

@@ -474,11 +474,11 @@ struct Regex::Impl {
     }
   }
 
-  // Anchored match of program `p` at `start`; the end of the match in `end`.
-  bool run(uint32_t p, const uint32_t* t, size_t n, size_t start, size_t& end) const {
-    thread_local std::vector<std::pair<uint32_t, size_t>> stack_storage;
-    const size_t base = stack_storage.size();
-    auto& st = stack_storage;
+  // Anchored match of program `p` at `start`; the end of the match in `end`. `st` is the caller's backtracking
+  // stack (one a find_all call: no thread_local object with a destructor, which MinGW's thread exit mishandles).
+  using Stack = std::vector<std::pair<uint32_t, size_t>>;
+  bool run(uint32_t p, const uint32_t* t, size_t n, size_t start, size_t& end, Stack& st) const {
+    const size_t base = st.size();
     st.push_back({0, start});
     const Inst* code = progs[p].data();
     bool found = false;
@@ -521,7 +521,7 @@ struct Regex::Impl {
             break;
           case LOOK: {
             size_t e;
-            ok = run(in.a, t, n, i, e) != in.negate;
+            ok = run(in.a, t, n, i, e, st) != in.negate;
             break;
           }
           case MATCH:
@@ -556,9 +556,10 @@ const std::string& Regex::pattern() const { return impl_->pattern; }
 std::vector<std::pair<size_t, size_t>> Regex::find_all(const std::vector<uint32_t>& text) const {
   std::vector<std::pair<size_t, size_t>> out;
   const size_t n = text.size();
+  Impl::Stack st;
   for (size_t i = 0; i < n;) {
     size_t end;
-    if (impl_->run(0, text.data(), n, i, end) && end > i) {
+    if (impl_->run(0, text.data(), n, i, end, st) && end > i) {
       out.push_back({i, end});
       i = end;
     } else {

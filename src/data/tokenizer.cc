@@ -653,7 +653,6 @@ struct Section {  // a piece of text, or an added token (token >= 0)
 }  // namespace
 
 struct Tokenizer::Impl {
-  uint64_t serial = 0;  // unique a tokenizer: keys the thread-local word caches
   std::string source;
   std::unordered_map<std::string, int32_t> vocab;  // model vocabulary + added tokens
   std::vector<std::string> id_to_tok;
@@ -677,6 +676,11 @@ struct Tokenizer::Impl {
   struct Cache {
     std::unordered_map<std::string, std::vector<int32_t>> words;
   };
+  // Word caches lent to encode() calls, one a call in flight; kept for the next call. A pool, not a thread_local
+  // cache: MinGW's runtime destroys thread_local objects after freeing their storage when a thread ends (prepare's
+  // worker threads crashed on Windows).
+  mutable std::mutex pool_mutex;
+  mutable std::vector<std::unique_ptr<Cache>> pool;
 
   int32_t lookup(const std::string& s) const {
     auto it = vocab.find(s);
@@ -823,8 +827,6 @@ Tokenizer Tokenizer::from_json(const std::string& text, const std::string& sourc
   }
   auto impl = std::make_shared<Impl>();
   Impl& t = *impl;
-  static std::atomic<uint64_t> serials{0};
-  t.serial = ++serials;
   t.source = source;
   try {
     ZR_CHECK(j.is_object() && j.contains("model") && j["model"].is_object(), "no 'model' object");
@@ -991,14 +993,25 @@ Tokenizer Tokenizer::load(const std::string& path) {
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special_tokens) const {
-  // One word cache a thread, kept while the thread encodes with the same tokenizer.
-  thread_local Impl::Cache cache;
-  thread_local uint64_t owner = 0;
-  if (owner != impl_->serial) {
-    cache.words.clear();
-    owner = impl_->serial;
+  // A word cache borrowed from the tokenizer's pool for this call (a new one when every cache is lent out).
+  std::unique_ptr<Impl::Cache> cache;
+  {
+    std::lock_guard<std::mutex> lock(impl_->pool_mutex);
+    if (!impl_->pool.empty()) {
+      cache = std::move(impl_->pool.back());
+      impl_->pool.pop_back();
+    }
   }
-  return impl_->encode(text, add_special_tokens, cache);
+  if (!cache) cache = std::make_unique<Impl::Cache>();
+  struct Return {  // back to the pool also when encoding throws
+    const Impl& t;
+    std::unique_ptr<Impl::Cache>& c;
+    ~Return() {
+      std::lock_guard<std::mutex> lock(t.pool_mutex);
+      t.pool.push_back(std::move(c));
+    }
+  } back{*impl_, cache};
+  return impl_->encode(text, add_special_tokens, *cache);
 }
 
 std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,

@@ -2,11 +2,13 @@
 // transformers.js and @huggingface/jinja): the regex engine, Unicode tables and normalization, small
 // tokenizer.json files written here (byte-level BPE; SentencePiece-style with byte fallback), errors, the
 // zerorun shard format and the Jinja subset.
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <thread>
 
 #include "src/data/regex.h"
 #include "src/data/unicode.h"
@@ -146,6 +148,20 @@ TEST_CASE("tokenizer: byte-level BPE, added tokens with rstrip, template process
   for (int i = 0; i < 100; ++i) docs.push_back(i % 3 ? "hello world!" : "world<|end|> hello");
   const auto batch = t.encode_batch(docs, true, 3);
   for (size_t i = 0; i < docs.size(); ++i) CHECK(batch[i] == t.encode(docs[i]));
+  // Many short-lived threads encoding at once, as prepare's batches start them: the word caches and the regex
+  // stacks live in no thread_local object (MinGW's runtime crashed at thread exit destroying them; the wine run of
+  // this test is the Windows check).
+  const std::vector<int32_t> want = t.encode("world<|end|> hello");
+  std::atomic<int> wrong{0};
+  for (int round = 0; round < 20; ++round) {
+    std::vector<std::thread> pool;
+    for (int k = 0; k < 8; ++k)
+      pool.emplace_back([&] {
+        if (t.encode("world<|end|> hello") != want) ++wrong;
+      });
+    for (auto& th : pool) th.join();
+  }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("tokenizer: SentencePiece-style BPE with byte fallback and fuse_unk", "[tokenizer]") {
