@@ -1,8 +1,8 @@
 // The `zerorun` command: launch (default), train, eval, init, import, merge, report, estimate, prepare, tokenizer.
-#include <algorithm>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +12,7 @@
 
 #include "crash_handler.h"
 #include "report.h"
+#include "run_options.h"
 #include "sample_cmd.h"
 #include "zerorun/build_info.h"
 #include "zerorun/config.h"
@@ -27,57 +28,14 @@
 #include "zerorun/platform.h"
 #include "zerorun/rank_status.h"
 #include "zerorun/stop_signal.h"
-#include "zerorun/tokenizer.h"
 #include "zerorun/strict_json.h"
+#include "zerorun/tokenizer.h"
 #include "zerorun/trainer.h"
 #include "zerorun/zero_plan.h"
 
 using namespace zerorun;
 
 namespace {
-
-// --comm's help: the default is mpi where NCCL does not exist (Windows).
-std::string comm_help() {
-  return platform::kHaveNccl ? "GPU collectives with several ranks: nccl (default; one GPU per rank) or mpi (through "
-                               "host memory; ranks may share a GPU)"
-                             : "GPU collectives with several ranks: mpi (default: through host memory; ranks may "
-                               "share a GPU); nccl does not exist on this platform";
-}
-
-// A whole number >= lo, with a message naming the value (CLI11's number checks print a range up to DBL_MAX).
-CLI::Validator at_least(long long lo) {
-  return CLI::Validator(
-      [lo](std::string& v) -> std::string {
-        const bool digits = !v.empty() && v.find_first_not_of("0123456789", v[0] == '-' ? 1 : 0) == std::string::npos;
-        if (!digits || v == "-") return "must be a whole number, got '" + v + "'";
-        if (v[0] == '-' ? lo >= 0 || std::stoll(v) < lo : lo > 0 && v.find_first_not_of('0') == std::string::npos)
-          return "must be >= " + std::to_string(lo) + ", got " + v;
-        return "";
-      },
-      ">=" + std::to_string(lo));
-}
-
-const char* kDeviceHelp = "auto (default: cuda when every rank sees a GPU, else cpu), cpu, or cuda";
-
-void add_train_options(CLI::App* app, TrainOptions& o) {
-  app->add_option("model", o.model_path, "model.bin to train")->required();
-  app->add_option("--config", o.config_path, "DeepSpeed JSON config")->required();
-  app->add_option("--steps", o.steps, "number of optimizer steps (overrides train.steps)")->check(at_least(1));
-  app->add_option("--data", o.data, "token shards (glob / comma list) or 'synthetic'");
-  app->add_option("--eval_data", o.eval_data, "held-out token shards: eval loss every train.eval_interval steps");
-  app->add_option("--eval_interval", o.eval_interval, "steps between evaluations (overrides train.eval_interval)")
-      ->check(at_least(1));
-  app->add_option("--save_dir", o.save_dir, "checkpoint directory");
-  app->add_option("--log_dir", o.log_dir, "write metrics.jsonl here");
-  app->add_option("--seed", o.seed, "data seed (overrides train.seed)")->check(at_least(0));
-  app->add_option("--micro_batch_size", o.micro_batch, "micro batch per rank (sets train_micro_batch_size_per_gpu)")
-      ->check(at_least(1));
-  app->add_option("--seq_len", o.seq_len, "sequence length for token models")->check(at_least(1));
-  app->add_option("--device", o.device, kDeviceHelp)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app->add_option("--final_weights", o.final_weights, "write the trained fp32 weights (safetensors) here");
-  app->add_option("--resume", o.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
-  app->add_option("--comm", o.comm, comm_help())->check(CLI::IsMember({"nccl", "mpi"}));
-}
 
 int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, const MlpSpec& mlp, const Gpt2Spec& gpt,
              const LlamaSpec& llama, DType dtype) {
@@ -128,37 +86,18 @@ Model estimate_model(const std::string& source, const std::string& arch, const G
   llama.n_head = gpt.n_head, llama.tied = tied;
   if (arch == "llama") return build_llama(llama, 0, true);
   ZR_CHECK(hf_decoder_type(arch), "--arch must be gpt2, llama or a decoder model_type, got '", arch, "'");
-  json cfg = {{"model_type", arch},        {"vocab_size", gpt.vocab},         {"max_position_embeddings", gpt.n_ctx},
-              {"hidden_size", gpt.n_embd}, {"num_hidden_layers", gpt.n_layer}, {"num_attention_heads", gpt.n_head},
+  json cfg = {{"model_type", arch},
+              {"vocab_size", gpt.vocab},
+              {"max_position_embeddings", gpt.n_ctx},
+              {"hidden_size", gpt.n_embd},
+              {"num_hidden_layers", gpt.n_layer},
+              {"num_attention_heads", gpt.n_head},
               {"intermediate_size", llama.ffn}};
   if (cmd.count("--n_kv_head")) cfg["num_key_value_heads"] = llama.n_kv_head;
   if (cmd.count("--head_dim")) cfg["head_dim"] = llama.head_dim;
   if (cmd.count("--tied")) cfg["tie_word_embeddings"] = true;
   std::vector<std::string> notes;
   return build_llama(hf_decoder_spec(cfg, "--arch " + arch, &notes, true), 0, true);
-}
-
-// The per-rank command: this executable's `train` with the same options.
-std::vector<std::string> rank_command(const TrainOptions& o) {
-  std::vector<std::string> a = {platform::executable_path(), "train", o.model_path, "--config", o.config_path};
-  auto opt = [&](const char* flag, const std::string& v) {
-    a.push_back(flag);
-    a.push_back(v);
-  };
-  if (o.steps) opt("--steps", std::to_string(*o.steps));
-  if (o.data) opt("--data", *o.data);
-  if (o.eval_data) opt("--eval_data", *o.eval_data);
-  if (o.eval_interval) opt("--eval_interval", std::to_string(*o.eval_interval));
-  if (o.save_dir) opt("--save_dir", *o.save_dir);
-  if (o.log_dir) opt("--log_dir", *o.log_dir);
-  if (o.seed) opt("--seed", std::to_string(*o.seed));
-  if (o.micro_batch) opt("--micro_batch_size", std::to_string(*o.micro_batch));
-  if (o.seq_len) opt("--seq_len", std::to_string(*o.seq_len));
-  if (!o.final_weights.empty()) opt("--final_weights", o.final_weights);
-  if (!o.resume.empty()) opt("--resume", o.resume);
-  opt("--device", o.device);
-  if (!o.comm.empty()) opt("--comm", o.comm);
-  return a;
 }
 
 }  // namespace
@@ -177,24 +116,9 @@ int main(int argc, char** argv) {
   // Default: launch.
   TrainOptions launch;
   int num_gpus = 1;
-  std::string device = "auto";
-  app.add_option("model", launch.model_path, "model.bin to train");
-  app.add_option("--config", launch.config_path, "DeepSpeed JSON config");
+  add_run_options(app, launch, kRunLaunch);  // the run options, each forwarded to the ranks by rank_command
   app.add_option("--num_gpus", num_gpus, "ranks to start (one per GPU, or CPU slots with --device cpu)")
       ->check(at_least(1));
-  app.add_option("--steps", launch.steps, "number of optimizer steps")->check(at_least(1));
-  app.add_option("--data", launch.data, "token shards or 'synthetic'");
-  app.add_option("--eval_data", launch.eval_data, "held-out token shards (eval loss every eval_interval steps)");
-  app.add_option("--eval_interval", launch.eval_interval, "steps between evaluations")->check(at_least(1));
-  app.add_option("--save_dir", launch.save_dir, "checkpoint directory");
-  app.add_option("--log_dir", launch.log_dir, "write metrics.jsonl here");
-  app.add_option("--seed", launch.seed, "data seed")->check(at_least(0));
-  app.add_option("--micro_batch_size", launch.micro_batch, "micro batch per rank")->check(at_least(1));
-  app.add_option("--seq_len", launch.seq_len, "sequence length")->check(at_least(1));
-  app.add_option("--device", device, kDeviceHelp)->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--final_weights", launch.final_weights, "write the trained fp32 weights (safetensors) here");
-  app.add_option("--resume", launch.resume, "resume from 'latest', a tag in --save_dir, or a checkpoint directory");
-  app.add_option("--comm", launch.comm, comm_help())->check(CLI::IsMember({"nccl", "mpi"}));
   bool dry_run = false;
   app.add_flag("--dry_run", dry_run, "print the launcher command instead of running it");
   std::string hostfile;
@@ -233,13 +157,11 @@ int main(int argc, char** argv) {
 
   TrainOptions train;
   auto* train_cmd = app.add_subcommand("train", "train on one rank (what the launcher starts per rank)");
-  add_train_options(train_cmd, train);
+  add_run_options(*train_cmd, train, kRunTrain);
   TrainOptions evalo;
   auto* eval_cmd =
       app.add_subcommand("eval", "held-out loss of a model.bin or a checkpoint (--resume), no training (per rank)");
-  add_train_options(eval_cmd, evalo);
-  eval_cmd->add_option("--eval_batches", evalo.eval_batches, "global batches to average over (default 4)")
-      ->check(at_least(1));
+  add_run_options(*eval_cmd, evalo, kRunEval);
 
   std::string arch, out = "model.bin";
   uint64_t seed = 1;
@@ -258,9 +180,10 @@ int main(int argc, char** argv) {
                        "yet, and without this flag such a config is an error");
   auto* init_cmd = app.add_subcommand("init", "write a model.bin with fresh weights");
   std::string from_config;
-  init_cmd->add_option("--arch", arch,
-                       "mlp | gpt2 | llama, or a decoder model_type (mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, "
-                       "gemma3_text) with that family's features and the size flags");
+  init_cmd->add_option(
+      "--arch", arch,
+      "mlp | gpt2 | llama, or a decoder model_type (mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, "
+      "gemma3_text) with that family's features and the size flags");
   init_cmd->add_option("--from_config", from_config,
                        "a transformers config.json (llama, mistral, qwen2, qwen3, phi3, olmo2, gemma, gemma2, gemma3): "
                        "that model with fresh weights");
@@ -347,7 +270,8 @@ int main(int argc, char** argv) {
   auto* tok_cmd = app.add_subcommand("tokenizer", "learn a byte-level BPE tokenizer.json from text (GPT-2's scheme)");
   tok_cmd->add_option("inputs", tok_train.inputs, "text files or glob patterns (*.jsonl: the \"text\" of each line)")
       ->required();
-  tok_cmd->add_option("-o,--out", tok_train.out_dir, "directory for tokenizer.json + tokenizer_config.json")->required();
+  tok_cmd->add_option("-o,--out", tok_train.out_dir, "directory for tokenizer.json + tokenizer_config.json")
+      ->required();
   tok_cmd->add_option("--vocab_size", tok_train.vocab_size, "tokens in all (default 4096)")->check(at_least(1));
   tok_cmd->add_option("--min_frequency", tok_train.min_frequency, "stop when the best pair is rarer (default 2)")
       ->check(at_least(1));
@@ -415,9 +339,13 @@ int main(int argc, char** argv) {
     }
     if (*init_cmd && arch != "llama" && hf_decoder_type(arch)) {
       // The family's features with the flags' sizes: the config.json the flags spell, read as import reads one.
-      json cfg = {{"model_type", arch},          {"vocab_size", gpt.vocab},   {"max_position_embeddings", gpt.n_ctx},
-                  {"hidden_size", gpt.n_embd},   {"num_hidden_layers", gpt.n_layer},
-                  {"num_attention_heads", gpt.n_head}, {"intermediate_size", llama.ffn}};
+      json cfg = {{"model_type", arch},
+                  {"vocab_size", gpt.vocab},
+                  {"max_position_embeddings", gpt.n_ctx},
+                  {"hidden_size", gpt.n_embd},
+                  {"num_hidden_layers", gpt.n_layer},
+                  {"num_attention_heads", gpt.n_head},
+                  {"intermediate_size", llama.ffn}};
       if (init_cmd->count("--n_kv_head")) cfg["num_key_value_heads"] = llama.n_kv_head;
       if (init_cmd->count("--rope_theta")) cfg["rope_theta"] = llama.rope_theta;
       if (init_cmd->count("--head_dim")) cfg["head_dim"] = init_head_dim;
@@ -517,7 +445,6 @@ int main(int argc, char** argv) {
       return 2;
     }
     ZR_CHECK(num_gpus >= 1, "--num_gpus must be >= 1, got ", num_gpus);
-    launch.device = device;
     const bool distributed = num_gpus > 1 || !hostfile.empty() || lr.num_nodes > 0 || !lr.include.empty() ||
                              !lr.exclude.empty() || lr.launcher != "openmpi" || dry_run;
     if (distributed) {
