@@ -4,7 +4,8 @@
 # in chunks of sub_group_size elements. vs the in-memory states: bitwise (losses and final weights) at ZeRO-2 and
 # ZeRO-3 on 1 and 2 ranks, with chunks that split buckets, a single buffer slot short of the default, bf16 states
 # and one request at a time (aio.overlap_events false, single_submit); checkpoints save and resume bitwise; the files
-# are gone afterwards; errors name nvme_path (missing, not a directory, full).
+# are gone afterwards; errors name nvme_path (missing, not a directory, full). offload_param.device "nvme" (ZeRO-3):
+# the parameter shard in a file (all of it, or past max_in_cpu elements), bitwise = memory, checkpoints included.
 set -u
 ZR=$(realpath "${1:?usage: nvme_offload_test.sh path/to/zerorun}")
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
@@ -61,6 +62,39 @@ run --steps 8 --log_dir B --save_dir S --resume latest --final_weights B.st
   --final_weights C.st >>resume.log 2>&1
 [[ -s C.st && "$(wdiff C.st c32.st)" == "0" ]] && ok "NVMe checkpoint resumed with in-memory states: bitwise" ||
   bad "NVMe checkpoint -> memory: $(wdiff C.st c32.st)"
+# offload_param "nvme" (ZeRO-3): the parameter shard in a file, all of it (max_in_cpu 0; chunks of 1000 elements
+# that split groups, two slots) or past the first 20000 elements with the moments on NVMe too: bitwise = memory.
+PN=", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$W/disk\""
+cfg p3.json 3 cpu "$PN, \"max_in_cpu\": 0, \"buffer_size\": 1000, \"buffer_count\": 2}" "$AIO"
+cfg q3.json 3 nvme "$PN, \"max_in_cpu\": 20000}" ""
+for n in 1 2; do
+  for c in p q; do
+    "$ZR" --num_gpus $n --config ${c}3.json pm.bin --steps 8 --micro_batch_size $((6 / n)) --log_dir $c$n \
+      --final_weights $c$n.st >$c$n.log 2>&1 || { bad "offload_param nvme ($c), $n ranks: run failed"; tail -3 $c$n.log; continue; }
+    if diff <(losses c3$n) <(losses $c$n) >/dev/null && [[ "$(wdiff $c$n.st c3$n.st)" == "0" ]]; then
+      ok "ZeRO-3, $n ranks: parameters on NVMe ($c) = in memory, bitwise"
+    else
+      bad "ZeRO-3, $n ranks: parameters on NVMe ($c) vs memory: weights $(wdiff $c$n.st c3$n.st)"
+    fi
+  done
+done
+if grep -q 'parameters on NVMe=0.421MiB' p1.log && grep -q 'moments on NVMe=.*parameters on NVMe=' q2.log &&
+  [[ $(grep -c '"nvme_wait_seconds":[0-9.e-]*' p2/metrics.jsonl) == 8 ]]; then
+  ok "parameters on NVMe in the memory line, nvme_wait_seconds in metrics.jsonl"
+else
+  bad "offload_param nvme: memory line / metrics"; grep -m1 'memory rank' p1.log; head -1 p2/metrics.jsonl
+fi
+# Checkpoints with the parameters on NVMe: 4 + save + resume = 8 straight; resumed with everything in memory.
+rm -rf S2
+"$ZR" --num_gpus 2 --config p3.json pm.bin --micro_batch_size 3 --steps 4 --save_dir S2 >>resume.log 2>&1
+"$ZR" --num_gpus 2 --config p3.json pm.bin --micro_batch_size 3 --steps 8 --save_dir S2 --resume latest \
+  --final_weights P.st >>resume.log 2>&1
+[[ -s P.st && "$(wdiff P.st c32.st)" == "0" ]] && ok "parameters on NVMe: save at 4 + resume = 8 straight, bitwise" ||
+  { bad "offload_param nvme resume: $(wdiff P.st c32.st)"; tail -3 resume.log; }
+"$ZR" --num_gpus 2 --config cpu3.json pm.bin --micro_batch_size 3 --steps 8 --save_dir S2 --resume global_step4 \
+  --final_weights P1.st >>resume.log 2>&1
+[[ -s P1.st && "$(wdiff P1.st c32.st)" == "0" ]] && ok "its checkpoint resumed with the parameters in memory: bitwise" ||
+  bad "offload_param nvme checkpoint -> memory: $(wdiff P1.st c32.st)"
 # Files cleaned up after every run.
 [[ -z "$(ls -A disk)" ]] && ok "nvme_path left empty" || bad "files left under nvme_path: $(ls disk)"
 # Errors naming nvme_path: missing, a file, full (a 1 MiB filesystem is not available unprivileged: RLIMIT_FSIZE).

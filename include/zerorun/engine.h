@@ -36,7 +36,7 @@ struct StepStats {
   // Of `seconds`, this rank's optimizer update (with offload: the gradient shard's copy to the host, the CPU
   // optimizer, the weights' refresh and gather): what the update costs a step.
   double optimizer_seconds = 0;
-  double nvme_wait_seconds = 0;  // of optimizer_seconds, waiting on NVMe reads and writes (offload "nvme")
+  double nvme_wait_seconds = 0;  // waiting on NVMe reads and writes: the moments (in the update), the parameters (all step)
   int64_t tokens = 0;            // tokens (or samples) processed by all ranks
 };
 

@@ -20,7 +20,8 @@
 
 namespace zerorun::zero {
 
-// Where a flat buffer lives. Nvme: the optimizer's moments under offload_optimizer "nvme" (zero::NvmeStates).
+// Where a flat buffer lives. Nvme: the optimizer's moments under offload_optimizer "nvme", the stage-3 parameter
+// shard (past max_in_cpu) under offload_param "nvme" (zero::NvmeStates).
 enum class Placement { Device, Host, PinnedHost, Nvme };
 const char* placement_name(Placement p);
 
@@ -39,6 +40,14 @@ struct StateOptions {
   bool offload_param = false;        // GPU runs, stage 3 (needs offload_optimizer): the parameter shard on the host
   bool pin_optimizer = false;        // page-lock the offloaded gradient shard and the update's staging buffer
   bool pin_param = false;            // page-lock the offloaded parameter shard
+  // Stage 3, offload_param "nvme" (any device): the parameter shard's groups past the first max_in_cpu elements live
+  // in a file under param_nvme_path, read and written in chunks of param_nvme_chunk elements through
+  // param_nvme_buffers cache slots.
+  std::string param_nvme_path;
+  int64_t param_max_in_cpu = 0;
+  int64_t param_nvme_chunk = int64_t{1} << 20;
+  int param_nvme_buffers = 2;
+  AioConfig aio;
   int64_t bucket = std::numeric_limits<int64_t>::max();    // elements a bucket (stages 2-3)
   int64_t persistence_threshold = 0;                       // stage 3: groups below it stay gathered
   int64_t prefetch_bucket = 0;                             // stage 3: elements prefetched ahead of a block
@@ -140,6 +149,8 @@ class ShardedState {
   int64_t param_bytes() const;  // compute copies, parameter shard, persistent gathered groups
   int64_t grad_bytes() const;
   int64_t master_bytes() const { return master_.defined() ? static_cast<int64_t>(master_.nbytes()) : 0; }
+  NvmeStates* param_nvme() const { return param_nvme_.get(); }  // offload_param "nvme": the shard's file
+  int64_t param_nvme_bytes() const;                             // parameter bytes in that file
   int64_t pinned_bytes() const { return pinned_bytes_; }
 
   // ---- binding to the computation
@@ -166,6 +177,7 @@ class ShardedState {
   // Stage 0 without group pieces: the flat weights the optimizer updates (the master, or the compute weights).
   float* full_master();
   UpdatePiece update_piece(int g);              // copies the gradient piece to the host first with offload_optimizer
+  void end_update_piece(int g);                 // after the optimizer updated update_piece(g)'s weights
   UpdateTargets update_targets(int64_t begin);  // fused-update targets at compute element `begin` (or none)
   // After the update: compute copies refreshed from the master (unless `rounded`: the update wrote them) and
   // gathered where sharded.
@@ -187,7 +199,7 @@ class ShardedState {
   Range ckpt_range(int p, int rank) const;          // elements of param p that `rank` saves (stage 0: rank 0 all)
   Range own_range(int p) const;                     // master and optimizer elements of param p this rank keeps
   Range load_range(int p) const;                    // master elements of param p a load reads (compute copy included)
-  float* master_at(int p, int64_t elem);            // fp32 master element of param p (inside own_range)
+  void read_master(int p, Range r, float* dst);     // fp32 master elements r of param p (inside own_range) to dst
   int64_t state_offset(int p, int64_t elem) const;  // the optimizer state's index of element elem of param p
   // Loaded master values of param p over `need` (= load_range(p)) into the compute copies and the master.
   void load_master(int p, Range need, std::vector<float> values);
@@ -202,6 +214,9 @@ class ShardedState {
     Tensor work_grad;                    // stage 2/3: this micro-batch's full group grads
     Tensor staged;                       // offload_param: host shard copied to the device for the gather
     bool persistent = false;             // stage 3: below the persistence threshold
+    Tensor window;                       // offload_param "nvme": the shard piece read from the file, while used
+    int window_users = 0;
+    bool window_dirty = false;
   };
   void load_weights(const WeightReader& read, const std::string& name, int64_t first, int64_t count, const Tensor& dst,
                     int64_t at);
@@ -210,7 +225,17 @@ class ShardedState {
   void begin_grads(size_t b);
   void finish_grads(size_t b);
   void refresh_compute_params();
-  float* owned_master(int g);  // this rank's fp32 master piece of group g
+  // This rank's fp32 master piece of group g in memory, and its release (`dirty`: written; an NVMe piece goes back
+  // to its file). Stage 3 without a separate master: the parameter shard's piece (see shard_piece).
+  float* owned_master(int g);
+  void done_master(int g, bool dirty);
+  // Stage 3: group g's piece of the parameter shard in memory: in param_shard_, or (on NVMe) a window read from the
+  // file, written back by put_piece when dirty and freed when its last user puts it.
+  bool piece_on_nvme(int g) const { return param_nvme_ && g >= first_nvme_group_; }
+  float* shard_piece(int g);
+  void put_piece(int g, bool dirty);
+  // Stage 3: group g's shard piece where an all-gather can read it (the device): in place, or into `staged`.
+  const float* gather_source(int g, Tensor& staged);
 
   StateOptions o_;
   Communicator& comm_;
@@ -228,7 +253,10 @@ class ShardedState {
   // slot f32_slots_[k] (-1: none), and the views of 16-bit-only weights are their 16-bit copies.
   bool compact_ = false;
   Tensor f32_slots_;
-  Tensor param_shard_;        // stage 3: this rank's compute-param shard
+  Tensor param_shard_;  // stage 3: this rank's compute-param shard (the groups before first_nvme_group_)
+  std::unique_ptr<NvmeStates> param_nvme_;  // offload_param "nvme": the groups from first_nvme_group_ on
+  int first_nvme_group_ = std::numeric_limits<int>::max();
+  int64_t nvme_base_ = 0;     // shard offset of first_nvme_group_ (the file's element 0)
   Tensor master_;             // fp32 master: full (stage 0) or shard (stage >= 1, 16-bit); empty = compute is master
   Tensor grads_full_;         // stages 0-1
   Tensor grads_shard_;        // stages 2-3

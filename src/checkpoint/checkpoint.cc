@@ -261,7 +261,7 @@ void save(const std::string& save_dir, const std::string& tag, const std::functi
     if (rg.empty()) continue;
     const std::string& name = plan.params[p].name;
     Tensor mt = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);
-    zs.copy_f32(mt.f32(), zs.master_at(static_cast<int>(p), rg.begin), rg.size());
+    zs.read_master(static_cast<int>(p), rg, mt.f32());
     items.push_back({name + ".master", mt});
     for (size_t k = 0; k < states.size(); ++k) {
       Tensor st = Tensor::empty({rg.size()}, DType::F32, MemCategory::Buffers);

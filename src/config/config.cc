@@ -314,11 +314,9 @@ OffloadConfig parse_offload(Reader r, const Config& c, bool param) {
            {"pipeline", "ratio", "super_offload", "cpuadam_cores_perc", "convert_grad_on_cpu"});
   OffloadConfig o;
   o.device = r.str("device", "none");
-  ZR_CHECK(o.device == "none" || o.device == "cpu" || (o.device == "nvme" && !param), c.source, ": '", r.key("device"),
-           "' \"", o.device, "\" is not supported (zerorun offloads ",
-           param ? "parameters to \"cpu\" or \"none\"; parameter NVMe offload is not implemented"
-                 : "the optimizer to \"cpu\", \"nvme\" or \"none\"",
-           ")");
+  ZR_CHECK(o.device == "none" || o.device == "cpu" || o.device == "nvme", c.source, ": '", r.key("device"), "' \"",
+           o.device, "\" is not supported (zerorun offloads ", param ? "parameters" : "the optimizer",
+           " to \"cpu\", \"nvme\" or \"none\")");
   o.pin_memory = r.boolean("pin_memory", false);
   o.nvme_path = r.str("nvme_path", "");
   o.buffer_count = static_cast<int>(r.integer("buffer_count", param ? 5 : 4));

@@ -33,7 +33,7 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   // shards in host memory too and streams them in per bucket. On CPU runs
   // everything already lives in host memory.
   offload_ = dev_.is_cuda() && cfg_.zero.offload_optimizer.device != "none";  // cpu or nvme
-  const bool offload_param = dev_.is_cuda() && stage_ == 3 && cfg_.zero.offload_param.device == "cpu";
+  const bool offload_param = dev_.is_cuda() && stage_ == 3 && cfg_.zero.offload_param.device != "none";
   ZR_CHECK(!offload_ || stage_ >= 1, "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage is 0)");
   ZR_CHECK(!offload_param || offload_, "offload_param on a GPU run needs offload_optimizer too");
   mixed_ = cfg_.precision != Precision::FP32;
@@ -79,6 +79,16 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   so.persistence_threshold = cfg_.zero.stage3_param_persistence_threshold.value_or(0);
   so.prefetch_bucket = cfg_.zero.stage3_prefetch_bucket_size.value_or(0);
   so.max_live = cfg_.zero.stage3_max_live_parameters;
+  // offload_param "nvme" (ZeRO-Infinity): the parameter shard past max_in_cpu elements in a file under nvme_path, read
+  // and written in chunks of buffer_size elements (at most 16M) through buffer_count slots.
+  if (stage_ == 3 && cfg_.zero.offload_param.device == "nvme") {
+    const OffloadConfig& o = cfg_.zero.offload_param;
+    so.param_nvme_path = o.nvme_path;
+    so.param_max_in_cpu = o.max_in_cpu;
+    so.param_nvme_chunk = std::min<int64_t>(o.buffer_size, int64_t{1} << 24);
+    so.param_nvme_buffers = o.buffer_count;
+    so.aio = cfg_.aio;
+  }
   state_ = std::make_unique<zero::ShardedState>(uses, static_cast<int>(blocks.size()), shapes, so, comm_,
                                                 [this](const std::string& name, int64_t first, int64_t count,
                                                        float* dst) { model_.read_f32(name, first, count, dst); });
@@ -250,6 +260,7 @@ double Engine::masked_weight(const std::vector<std::map<std::string, Tensor>>& m
 
 StepStats Engine::train_step(DataSource& data) {
   auto t0 = std::chrono::steady_clock::now();
+  const double param_wait0 = state_->param_nvme() ? state_->param_nvme()->wait_seconds() : 0.0;
   profile::Scope whole(".. train_step (whole)");
   StepStats st;
   const int W = comm_.size(), r = comm_.rank();
@@ -353,6 +364,7 @@ StepStats Engine::train_step(DataSource& data) {
           // With offload: the gradient shard copied to the host, the CPU optimizer on the host master.
           const zero::UpdatePiece u = state_->update_piece(gi);
           opt_->update(u.weights, u.grads, u.state_offset, u.n, lm.lr, beta1, state_->update_targets(u.flat_begin));
+          state_->end_update_piece(gi);
           if (overlap_) side_->record(gi);
         }
         if (overlap_) side_->record(n);
@@ -367,6 +379,8 @@ StepStats Engine::train_step(DataSource& data) {
     st.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
     if (opt_->nvme()) st.nvme_wait_seconds = opt_->nvme()->wait_seconds() - nvme_wait0;
   }
+  // offload_param "nvme": the parameters' reads and writes over the whole step (gathers, update, refresh).
+  if (state_->param_nvme()) st.nvme_wait_seconds += state_->param_nvme()->wait_seconds() - param_wait0;
   // Stages 2-3 accumulate each step's reduced shards; a skipped step's non-finite values are cleared as well
   // (stages 0-1 otherwise overwrite the buffer in the next backward; its padding is never written).
   if (stage_ >= 2 || st.skipped) gbuf.zero_();
@@ -405,6 +419,10 @@ std::string Engine::optimizer_report() const {
        << "; buffers in RAM=" << opt_->nvme()->buffer_bytes() / 1048576.0 << "MiB)";
   else
     os << " moments=" << opt_->ram_bytes() / 1048576.0 << "MiB (" << (bf16_states ? "bf16" : "f32") << ")";
+  if (const zero::NvmeStates* pn = state_->param_nvme())
+    os << "; parameters on NVMe=" << state_->param_nvme_bytes() / 1048576.0 << "MiB (" << pn->path()
+       << (pn->direct() ? ", O_DIRECT" : ", buffered: the filesystem refused O_DIRECT")
+       << "; buffers in RAM=" << pn->buffer_bytes() / 1048576.0 << "MiB)";
   return os.str();
 }
 

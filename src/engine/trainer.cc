@@ -295,7 +295,8 @@ int run_training(const TrainOptions& o, Communicator& comm) {
                 {"skipped", st.skipped},
                 {"seconds", st.seconds},
                 {"optimizer_seconds", st.optimizer_seconds}};
-      if (cfg.zero.offload_optimizer.device == "nvme") j["nvme_wait_seconds"] = st.nvme_wait_seconds;
+      if (cfg.zero.offload_optimizer.device == "nvme" || cfg.zero.offload_param.device == "nvme")
+        j["nvme_wait_seconds"] = st.nvme_wait_seconds;
       metrics << j.dump() << "\n" << std::flush;
     }
     if (lead && (st.step % cfg.steps_per_print == 0 || st.step == cfg.train.steps || st.step == 1)) {

@@ -57,9 +57,10 @@ void ShardedState::refresh_compute_params() {
   if (o_.offload_optimizer) {  // host master -> (rounded) -> device compute pieces (through offload_stage_) or host
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       Range own = plan_.owned(static_cast<int>(g), comm_.rank());
-      float* dst = stage < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
-      if (pdev_.is_cpu()) {  // offload_param: the shard lives in host memory
+      float* dst = stage < 3 ? compute_.f32() + own.begin : shard_piece(static_cast<int>(g));
+      if (pdev_.is_cpu()) {  // offload_param: the shard lives in host memory (or on NVMe)
         kernels::cpu_backend().round_to(dt, master_.f32() + shard_off_[g], dst, own.size());
+        if (stage == 3) put_piece(static_cast<int>(g), true);
         continue;
       }
       kernels::cpu_backend().round_to(dt, master_.f32() + shard_off_[g], offload_stage_.f32(), own.size());
@@ -73,8 +74,9 @@ void ShardedState::refresh_compute_params() {
   }
   for (size_t g = 0; g < plan_.groups.size(); ++g) {
     Range own = plan_.owned(static_cast<int>(g), comm_.rank());
-    float* dst = stage < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
+    float* dst = stage < 3 ? compute_.f32() + own.begin : shard_piece(static_cast<int>(g));
     kernels::backend(master_.device()).round_to(dt, master_.f32() + shard_off_[g], dst, own.size());
+    if (stage == 3) put_piece(static_cast<int>(g), true);
   }
 }
 
@@ -136,7 +138,8 @@ void ShardedState::after_update(bool rounded) {
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       if (!rt_[g].persistent) continue;
       const Group& grp = plan_.groups[g];
-      comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), grp.shard, DType::F32);
+      Tensor staged;
+      comm_.all_gather(gather_source(static_cast<int>(g), staged), rt_[g].full.f32(), grp.shard, DType::F32);
     }
   }
   // The 16-bit copy: written with the update where it covered everything, else rounded from compute_.

@@ -59,11 +59,12 @@ NvmeStates::NvmeStates(const std::string& nvme_path, int rank, const std::string
     ::rmdir(dir_.c_str());
     ZR_FAIL("nvme_path '", nvme_path, "': cannot create ", file_, ": ", std::strerror(e));
   }
-  // The whole file now (zeros, as the moments start): a disk without room fails here, naming nvme_path.
+  // The whole file now (zeros, as the moments start; the parameters are written over them): a disk without room fails
+  // here, naming nvme_path.
   if (const int e = ::posix_fallocate(fd_, 0, file_bytes_); e != 0) {
     ::close(fd_), ::unlink(file_.c_str()), ::rmdir(dir_.c_str());
     fd_ = -1;
-    ZR_FAIL("nvme_path '", nvme_path, "': no room for ", file_bytes_ / 1048576.0, " MiB of optimizer states (",
+    ZR_FAIL("nvme_path '", nvme_path, "': no room for ", file_bytes_ / 1048576.0, " MiB (", name, ": ",
             std::strerror(e), ")");
   }
   slots_.resize(static_cast<size_t>(std::max(2, buffer_count)));

@@ -35,6 +35,8 @@ ShardedState::ShardedState(const std::vector<ParamUse>& uses, int num_blocks,
            "offload_optimizer needs ZeRO stage 1, 2 or 3 (stage is ", stage, ") on a GPU run");
   pdev_ = dev_.is_cuda() && stage == 3 && o_.offload_param ? Device::cpu() : dev_;
   ZR_CHECK(pdev_ == dev_ || o_.offload_optimizer, "offload_param on a GPU run needs offload_optimizer too");
+  ZR_CHECK(o_.param_nvme_path.empty() || (stage == 3 && pdev_.is_cpu()),
+           "offload_param \"nvme\" needs ZeRO stage 3 (stage is ", stage, ") and, on a GPU run, offload_param");
   const bool mixed = this->mixed();
   ZR_CHECK(!o_.bf16_master || mixed, "bf16 master weights need 16-bit compute");
 
@@ -57,13 +59,38 @@ ShardedState::ShardedState(const std::vector<ParamUse>& uses, int num_blocks,
     compute_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Params, dev_);
     for (auto& s : plan_.params) load_weights(read, s.name, 0, s.numel, compute_, s.offset);
   } else {
-    param_shard_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Params, pdev_);
-    for (size_t p = 0; p < plan_.params.size(); ++p) {
-      const ParamSlot& s = plan_.params[p];
-      Range own = plan_.param_owned(static_cast<int>(p), r);
-      if (own.empty()) continue;
-      int64_t piece = s.offset + own.begin - plan_.owned(s.group, r).begin;
-      load_weights(read, s.name, own.begin, own.size(), param_shard_, shard_off_[static_cast<size_t>(s.group)] + piece);
+    // offload_param "nvme": the groups past the first max_in_cpu elements of the shard go to a file.
+    int64_t in_ram = plan_.shard_numel();
+    if (!o_.param_nvme_path.empty()) {
+      int first = 0;
+      const int ng = static_cast<int>(plan_.groups.size());
+      while (first < ng && shard_off_[static_cast<size_t>(first)] + plan_.groups[static_cast<size_t>(first)].shard <=
+                               o_.param_max_in_cpu)
+        ++first;
+      if (first < ng) {
+        first_nvme_group_ = first;
+        nvme_base_ = in_ram = shard_off_[static_cast<size_t>(first)];
+        param_nvme_ =
+            std::make_unique<NvmeStates>(o_.param_nvme_path, r, "parameters.bin", plan_.shard_numel() - in_ram, 1, 4,
+                                         o_.param_nvme_chunk, o_.param_nvme_buffers, o_.aio);
+      }
+    }
+    param_shard_ = Tensor::zeros({in_ram}, DType::F32, MemCategory::Params, pdev_);
+    for (size_t g = 0; g < plan_.groups.size(); ++g) {
+      const int gi = static_cast<int>(g);
+      const bool nvme = piece_on_nvme(gi);
+      if (nvme) shard_piece(gi);  // the window the weights are read into
+      for (int p : plan_.groups[g].params) {
+        const ParamSlot& s = plan_.params[static_cast<size_t>(p)];
+        Range own = plan_.param_owned(p, r);
+        if (own.empty()) continue;
+        int64_t piece = s.offset + own.begin - plan_.owned(gi, r).begin;
+        if (nvme)
+          load_weights(read, s.name, own.begin, own.size(), rt_[g].window, piece);
+        else
+          load_weights(read, s.name, own.begin, own.size(), param_shard_, shard_off_[g] + piece);
+      }
+      if (nvme) put_piece(gi, true);
     }
   }
   // fp32 master: in fp32 the compute weights are the master; with 16-bit compute it is optimizer state, sharded
@@ -76,8 +103,9 @@ ShardedState::ShardedState(const std::vector<ParamUse>& uses, int num_blocks,
                               o_.offload_optimizer ? Device::cpu() : dev_);
       for (size_t g = 0; g < plan_.groups.size(); ++g) {
         Range own = plan_.owned(static_cast<int>(g), r);
-        const float* src = stage < 3 ? compute_.f32() + own.begin : param_shard_.f32() + shard_off_[g];
+        const float* src = stage < 3 ? compute_.f32() + own.begin : shard_piece(static_cast<int>(g));
         copy_f32(master_.f32() + shard_off_[g], src, own.size());
+        if (stage == 3) put_piece(static_cast<int>(g), false);
       }
     }
   }
@@ -91,6 +119,11 @@ ShardedState::ShardedState(const std::vector<ParamUse>& uses, int num_blocks,
       be.round_to16(dt, c.f32(), static_cast<uint16_t*>(compute16_.raw()), c.f32(), c.numel());
     } else {
       kernels::backend(c.device()).round_to(dt, c.f32(), c.f32(), c.numel());
+      for (int g = first_nvme_group_; param_nvme_ && g < static_cast<int>(plan_.groups.size()); ++g) {
+        float* w = shard_piece(g);
+        kernels::cpu_backend().round_to(dt, w, w, plan_.groups[static_cast<size_t>(g)].shard);
+        put_piece(g, true);
+      }
     }
   }
   if (o_.offload_optimizer)
@@ -171,6 +204,7 @@ std::vector<BufferInfo> ShardedState::buffers() const {
   add("grads", grads());
   add("host_grad", host_grad_);
   add("offload_stage", offload_stage_);
+  if (param_nvme_) out.push_back({"param_shard", Placement::Nvme, param_nvme_bytes()});
   if (moments_) {
     const int64_t bytes = moments_->nvme() ? moments_->nvme_bytes() : moments_->ram_bytes();
     out.push_back({"moments", moments_->placement(), bytes});
@@ -184,6 +218,10 @@ int64_t ShardedState::param_bytes() const {
   for (auto& s : rt_)
     if (s.persistent && s.full.defined()) b += static_cast<int64_t>(s.full.nbytes());
   return b;
+}
+
+int64_t ShardedState::param_nvme_bytes() const {
+  return param_nvme_ ? (plan_.shard_numel() - nvme_base_) * static_cast<int64_t>(sizeof(float)) : 0;
 }
 
 int64_t ShardedState::grad_bytes() const {
@@ -233,7 +271,60 @@ float* ShardedState::full_master() { return mixed() ? master_.f32() : compute_.f
 float* ShardedState::owned_master(int g) {
   if (master_.defined()) return master_.f32() + shard_off_[static_cast<size_t>(g)];
   if (o_.stage < 3) return compute_.f32() + plan_.owned(g, comm_.rank()).begin;
-  return param_shard_.f32() + shard_off_[static_cast<size_t>(g)];
+  return shard_piece(g);
+}
+
+void ShardedState::done_master(int g, bool dirty) {
+  if (!master_.defined() && o_.stage == 3) put_piece(g, dirty);
+}
+
+float* ShardedState::shard_piece(int g) {
+  const size_t gi = static_cast<size_t>(g);
+  if (!piece_on_nvme(g)) return param_shard_.f32() + shard_off_[gi];
+  GroupRt& s = rt_[gi];
+  if (s.window_users++ == 0 && !s.window.defined()) {
+    const int64_t n = plan_.groups[gi].shard;
+    s.window = Tensor::empty({n}, DType::F32, MemCategory::Buffers, Device::cpu());
+    param_nvme_->read(0, shard_off_[gi] - nvme_base_, n, s.window.f32());
+  }
+  return s.window.f32();
+}
+
+void ShardedState::put_piece(int g, bool dirty) {
+  if (!piece_on_nvme(g)) return;
+  const size_t gi = static_cast<size_t>(g);
+  GroupRt& s = rt_[gi];
+  ZR_CHECK(s.window_users > 0, "sharded state: parameter piece ", g, " put back more often than taken");
+  s.window_dirty = s.window_dirty || dirty;
+  if (--s.window_users > 0) return;
+  if (s.window_dirty) param_nvme_->write(0, shard_off_[gi] - nvme_base_, plan_.groups[gi].shard, s.window.f32());
+  s.window = Tensor();
+  s.window_dirty = false;
+}
+
+const float* ShardedState::gather_source(int g, Tensor& staged) {
+  const size_t gi = static_cast<size_t>(g);
+  const int64_t n = plan_.groups[gi].shard;
+  const float* src = param_shard_.defined() && !piece_on_nvme(g) ? param_shard_.f32() + shard_off_[gi] : nullptr;
+  if (piece_on_nvme(g)) {  // from the file (or a window in use), into host memory
+    Tensor h = Tensor::empty({n}, DType::F32, MemCategory::Buffers, Device::cpu());
+    if (rt_[gi].window.defined())
+      std::copy_n(rt_[gi].window.f32(), n, h.f32());
+    else
+      param_nvme_->read(0, shard_off_[gi] - nvme_base_, n, h.f32());
+    if (dev_.is_cpu()) {
+      staged = h;
+      return staged.f32();
+    }
+    src = h.f32();
+    staged = Tensor::empty({n}, DType::F32, MemCategory::Buffers, dev_);
+    copy_f32(staged.f32(), src, n);
+    return staged.f32();
+  }
+  if (param_shard_.device() == dev_) return src;
+  staged = Tensor::empty({n}, DType::F32, MemCategory::Buffers, dev_);  // offload_param: the host shard streamed in
+  copy_f32(staged.f32(), src, n);
+  return staged.f32();
 }
 
 UpdatePiece ShardedState::update_piece(int g) {
@@ -247,11 +338,15 @@ UpdatePiece ShardedState::update_piece(int g) {
     u.grads = host_grad_.f32() + shard_off_[gi];
   }
   // Stage 0 (one rank, group by group): the full master and optimizer state, in the flat layout.
-  u.weights = o_.stage == 0 ? master_.f32() + own.begin : owned_master(g);
+  u.weights = o_.stage == 0 ? master_.f32() + own.begin : owned_master(g);  // end_update_piece releases it
   u.state_offset = o_.stage == 0 ? own.begin : shard_off_[gi];
   u.flat_begin = own.begin;
   u.n = own.size();
   return u;
+}
+
+void ShardedState::end_update_piece(int g) {
+  if (o_.stage != 0) done_master(g, true);
 }
 
 std::map<std::string, Tensor> ShardedState::full_master_weights() {
@@ -273,6 +368,7 @@ std::map<std::string, Tensor> ShardedState::full_master_weights() {
     Tensor full =
         Tensor::empty({grp.padded}, DType::F32, MemCategory::Buffers, master_.defined() ? master_.device() : dev_);
     comm_.all_gather(owned_master(static_cast<int>(g)), full.f32(), grp.shard, DType::F32);
+    done_master(static_cast<int>(g), false);
     slice(full.f32(), grp);
   }
   return r;
@@ -297,11 +393,12 @@ Range ShardedState::load_range(int p) const {
                                                      : Range{0, plan_.params[static_cast<size_t>(p)].numel};
 }
 
-float* ShardedState::master_at(int p, int64_t elem) {
+void ShardedState::read_master(int p, Range r, float* dst) {
   const ParamSlot& s = plan_.params[static_cast<size_t>(p)];
-  int64_t pos = s.offset + elem;
-  if (o_.stage == 0) return full_master() + pos;
-  return owned_master(s.group) + (pos - plan_.owned(s.group, comm_.rank()).begin);
+  const int64_t pos = s.offset + r.begin;
+  if (o_.stage == 0) return copy_f32(dst, full_master() + pos, r.size());
+  copy_f32(dst, owned_master(s.group) + (pos - plan_.owned(s.group, comm_.rank()).begin), r.size());
+  done_master(s.group, false);
 }
 
 int64_t ShardedState::state_offset(int p, int64_t elem) const {
@@ -318,24 +415,33 @@ void ShardedState::load_master(int p, Range need, std::vector<float> v) {
   if (!compact_) {  // compact: sync_compute16 (after_load) writes the compute copies from the master
     std::vector<float> c(v.size());
     for (size_t i = 0; i < v.size(); ++i) c[i] = mixed() ? round_to(o_.compute_dtype, v[i]) : v[i];
-    float* dst = o_.stage < 3 ? compute_.f32() + s.offset + need.begin
-                              : param_shard_.f32() + shard_off_[static_cast<size_t>(s.group)] +
-                                    (s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin);
+    float* dst = o_.stage < 3
+                     ? compute_.f32() + s.offset + need.begin
+                     : shard_piece(s.group) + (s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin);
     copy_f32(dst, c.data(), need.size());
+    if (o_.stage == 3) put_piece(s.group, true);
   }
   // After the compute copy: in fp32 the master may alias it. `own` lies inside `need`.
   // bf16 master weights: the master is the compute copy, bf16 values (an fp32-master checkpoint rounded).
   if (o_.bf16_master)
     for (float& x : v) x = round_to(DType::BF16, x);
   const Range own = own_range(p);
-  if (!own.empty()) copy_f32(master_at(p, own.begin), v.data() + (own.begin - need.begin), own.size());
+  if (own.empty()) return;
+  const int64_t pos = s.offset + own.begin;
+  const float* src = v.data() + (own.begin - need.begin);
+  if (o_.stage == 0) return copy_f32(full_master() + pos, src, own.size());
+  copy_f32(owned_master(s.group) + (pos - plan_.owned(s.group, comm_.rank()).begin), src, own.size());
+  done_master(s.group, true);
 }
 
 void ShardedState::after_load() {
   if (o_.stage == 3)
     for (size_t g = 0; g < rt_.size(); ++g)
-      if (rt_[g].persistent)
-        comm_.all_gather(param_shard_.f32() + shard_off_[g], rt_[g].full.f32(), plan_.groups[g].shard, DType::F32);
+      if (rt_[g].persistent) {
+        Tensor staged;
+        comm_.all_gather(gather_source(static_cast<int>(g), staged), rt_[g].full.f32(), plan_.groups[g].shard,
+                         DType::F32);
+      }
   // The products' 16-bit copy of the loaded weights (where it goes round, each rank rounds its own piece).
   sync_compute16();
   if (gathers16()) gather16();

@@ -13,12 +13,7 @@ void ShardedState::start_gather(int g) {
   if (s.full.defined()) return;  // live or in flight
   const Group& grp = plan_.groups[static_cast<size_t>(g)];
   s.full = Tensor::empty({grp.padded}, DType::F32, MemCategory::Params, dev_);
-  const float* src = param_shard_.f32() + shard_off_[static_cast<size_t>(g)];
-  if (param_shard_.device() != dev_) {  // offload_param: stream the host shard in first
-    s.staged = Tensor::empty({grp.shard}, DType::F32, MemCategory::Buffers, dev_);
-    copy_f32(s.staged.f32(), src, grp.shard);
-    src = s.staged.f32();
-  }
+  const float* src = gather_source(g, s.staged);  // offload_param: the host shard (or the NVMe file's piece) first
   s.gather = comm_.all_gather_async(src, s.full.f32(), grp.shard, DType::F32);
 }
 

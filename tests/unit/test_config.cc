@@ -154,6 +154,18 @@ TEST_CASE("unknown keys in a block are errors with a suggestion; at the top leve
                       Catch::Contains("needs stage 3"));
   REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme"}}})"),
                       Catch::Contains("NVMe"));
+  // offload_param to NVMe (ZeRO-Infinity): its keys read; nvme_path required; other devices named.
+  Config pn = parse(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x",
+      "buffer_count": 3, "buffer_size": 1e6, "max_in_cpu": 5e5}}})");
+  CHECK(pn.zero.offload_param.device == "nvme");
+  CHECK(pn.zero.offload_param.nvme_path == "/x");
+  CHECK(pn.zero.offload_param.buffer_count == 3);
+  CHECK(pn.zero.offload_param.buffer_size == 1000000);
+  CHECK(pn.zero.offload_param.max_in_cpu == 500000);
+  REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}})"),
+                      Catch::Contains("'zero_optimization.offload_param.nvme_path'"));
+  REQUIRE_THROWS_WITH(parse(R"({"zero_optimization": {"stage": 3, "offload_param": {"device": "disk"}}})"),
+                      Catch::Contains("'zero_optimization.offload_param.device' \"disk\" is not supported"));
   Config w = parse(
       R"({"train_batch_size": 8, "tensorboard": {"enabled": true}, "zero_optimization": {"stage": 1, "zero_quantized_weights": false}})");
   REQUIRE(w.warnings.size() == 2);

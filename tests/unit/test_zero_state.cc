@@ -7,8 +7,10 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <mutex>
+#include <random>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -240,8 +242,10 @@ TEST_CASE("ShardedState: each rank's weights, master and checkpoint ranges, stag
           if (stage > 0 &&
               (own.begin != st.ckpt_range(pi, comm.rank()).begin || own.end != st.ckpt_range(pi, comm.rank()).end))
             fail("own range of " + s.name + " is not the range this rank saves");
+          std::vector<float> mine(static_cast<size_t>(own.size()));
+          if (!own.empty()) st.read_master(pi, own, mine.data());
           for (int64_t e = own.begin; e < own.end; ++e) {
-            if (*st.master_at(pi, e) != Toy::value(s.name, e)) fail("master of " + s.name);
+            if (mine[static_cast<size_t>(e - own.begin)] != Toy::value(s.name, e)) fail("master of " + s.name);
             const int64_t k = st.state_offset(pi, e);
             if (k < 0 || k >= state_n || !seen.insert(k).second) fail(str("state offset of " + s.name, k, state_n));
           }
@@ -425,7 +429,7 @@ TEST_CASE(
           std::lock_guard<std::mutex> l(saved_mu);
           auto& v = saved[plan.params[p].name];
           v.resize(static_cast<size_t>(plan.params[p].numel));
-          for (int64_t e = rg.begin; e < rg.end; ++e) v[static_cast<size_t>(e)] = *st.master_at(static_cast<int>(p), e);
+          if (!rg.empty()) st.read_master(static_cast<int>(p), rg, v.data() + rg.begin);
         }
       });
       REQUIRE(errs == "");
@@ -475,4 +479,90 @@ TEST_CASE("ShardedState: bad options are rejected", "[zero]") {
   missing.erase("w2");
   REQUIRE_THROWS_WITH(ShardedState(toy.uses, toy.blocks, missing, options(1), *comm, toy.reader()),
                       Catch::Contains("no shape for parameter 'w2'"));
+}
+
+TEST_CASE("ShardedState: the stage-3 parameter shard on NVMe reads, updates, gathers and saves as in memory",
+          "[zero][nvme][posix]") {
+  const Toy toy;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("zr_param_nvme_" + std::to_string(std::random_device{}()));
+  fs::create_directories(dir);
+  auto updated = [](const std::string& n, int64_t i) { return Toy::value(n, i) * 0.5f - 1.0f; };
+  for (int W = 1; W <= 3; ++W)
+    for (int64_t max_in_cpu : {int64_t{0}, int64_t{12}, int64_t{40}}) {  // all on NVMe; the first groups in memory
+      CAPTURE(W, max_in_cpu);
+      std::string errs = on_ranks(W, [&](Communicator& comm, const Fail& fail) {
+        StateOptions o = options(3);
+        o.persistence_threshold = 4;  // b1's group stays gathered: after_update gathers it from the file
+        o.param_nvme_path = dir.string();
+        o.param_max_in_cpu = max_in_cpu;
+        o.param_nvme_chunk = 8;  // chunks that split groups
+        o.param_nvme_buffers = 2;
+        ShardedState st(toy.uses, toy.blocks, toy.shapes, o, comm, toy.reader());
+        const Plan& plan = st.plan();
+        // Groups stay in memory while the shard's elements up to their end fit max_in_cpu.
+        int64_t in_ram = 0;
+        for (const Group& g : plan.groups) {
+          if (in_ram + g.shard > max_in_cpu) break;
+          in_ram += g.shard;
+        }
+        if (in_ram == plan.shard_numel()) {  // everything fits: no file
+          if (st.param_nvme()) fail("a parameter file though the shard fits max_in_cpu");
+          return;
+        }
+        if (!st.param_nvme()) fail("no parameter file");
+        if (st.param_nvme_bytes() != (plan.shard_numel() - in_ram) * 4) fail("NVMe bytes");
+        bool listed = false;
+        for (const BufferInfo& b : st.buffers())
+          listed = listed || (b.name == "param_shard" && b.placement == Placement::Nvme);
+        if (!listed) fail("buffers() lists no parameter shard on NVMe");
+        Bound b;
+        st.bind(b.binding());
+        auto check = [&](const std::function<float(const std::string&, int64_t)>& want, const std::string& when) {
+          for (size_t p = 0; p < plan.params.size(); ++p) {
+            const Range own = st.own_range(static_cast<int>(p));
+            std::vector<float> mine(static_cast<size_t>(own.size()));
+            if (!own.empty()) st.read_master(static_cast<int>(p), own, mine.data());
+            for (int64_t e = own.begin; e < own.end; ++e)
+              if (mine[static_cast<size_t>(e - own.begin)] != want(plan.params[p].name, e))
+                fail(when + ": master of " + plan.params[p].name);
+          }
+          for (size_t g = 0; g < plan.groups.size(); ++g) {
+            st.ensure_live(static_cast<int>(g));
+            for (int p : plan.groups[g].params) {
+              const std::string& n = plan.params[static_cast<size_t>(p)].name;
+              if (!equals(b.params[n], [&](int64_t i) { return want(n, i); })) fail(when + ": gathered " + n);
+            }
+            st.release(static_cast<int>(g));
+          }
+        };
+        check([](const std::string& n, int64_t i) { return Toy::value(n, i); }, "loaded");
+        // The optimizer's pass: each piece updated in place, then handed back (written to the file).
+        for (size_t g = 0; g < plan.groups.size(); ++g) {
+          const UpdatePiece u = st.update_piece(static_cast<int>(g));
+          for (int64_t i = 0; i < u.n; ++i)
+            for (int p : plan.groups[g].params) {
+              const ParamSlot& s = plan.params[static_cast<size_t>(p)];
+              const int64_t flat = u.flat_begin + i;
+              if (flat >= s.offset && flat < s.offset + s.numel) u.weights[i] = updated(s.name, flat - s.offset);
+            }
+          st.end_update_piece(static_cast<int>(g));
+        }
+        st.after_update(false);
+        check(updated, "updated");
+        // A checkpoint's load writes through to the file as well.
+        for (size_t p = 0; p < plan.params.size(); ++p) {
+          const Range need = st.load_range(static_cast<int>(p));
+          std::vector<float> v(static_cast<size_t>(need.size()));
+          for (int64_t e = need.begin; e < need.end; ++e)
+            v[static_cast<size_t>(e - need.begin)] = Toy::value(plan.params[p].name, e) + 2;
+          st.load_master(static_cast<int>(p), need, v);
+        }
+        st.after_load();
+        check([](const std::string& n, int64_t i) { return Toy::value(n, i) + 2; }, "loaded from a checkpoint");
+      });
+      REQUIRE(errs == "");
+    }
+  CHECK(fs::is_empty(dir));  // every rank's file and directory removed
+  fs::remove_all(dir);
 }
