@@ -66,7 +66,7 @@ run --steps 8 --log_dir B --save_dir S --resume latest --final_weights B.st
 # that split groups, two slots) or past the first 20000 elements with the moments on NVMe too: bitwise = memory.
 PN=", \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"$W/disk\""
 cfg p3.json 3 cpu "$PN, \"max_in_cpu\": 0, \"buffer_size\": 1000, \"buffer_count\": 2}" "$AIO"
-cfg q3.json 3 nvme "$PN, \"max_in_cpu\": 20000}" ""
+cfg q3.json 3 nvme "$PN, \"max_in_cpu\": 20000}, \"stage3_prefetch_bucket_size\": 100000" ""
 for n in 1 2; do
   for c in p q; do
     "$ZR" --num_gpus $n --config ${c}3.json pm.bin --steps 8 --micro_batch_size $((6 / n)) --log_dir $c$n \

@@ -42,9 +42,13 @@ class NvmeStates {
     }
     if (!overlap_) drain();
   }
-  // Synchronous copies of array a's elements [off, off + n) (checkpoints): through the chunk cache.
+  // Copies of array a's elements [off, off + n) through the chunk cache: read waits for the data; write returns
+  // once the data is in the cache (with overlap_events the disk write goes on behind, else it is waited for).
   void read(int a, int64_t off, int64_t n, void* dst);
   void write(int a, int64_t off, int64_t n, const void* src);
+  // With overlap_events: starts reading the chunks of [off, off + n) (as many as all slots but one hold) so that a
+  // read() soon after finds them (a stage-3 prefetch of the next block's parameters).
+  void prefetch_range(int64_t off, int64_t n);
   void drain();  // waits for every request in flight
 
   int64_t file_bytes() const { return file_bytes_; }

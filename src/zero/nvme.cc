@@ -202,10 +202,20 @@ void NvmeStates::write(int a, int64_t off, int64_t n, const void* src) {
     Slot& s = acquire(k);
     std::memcpy(s.buf[static_cast<size_t>(a)] + (e - k * chunk_) * esize_,
                 static_cast<const char*>(src) + (e - off) * esize_, static_cast<size_t>((end - e) * esize_));
-    write_back(s);
+    write_back(s);  // with overlap_events: in flight until the slot is needed again (acquire, victim) or drain()
     e = end;
   }
-  drain();
+  if (!overlap_) drain();
+}
+
+void NvmeStates::prefetch_range(int64_t off, int64_t n) {
+  ZR_CHECK(off >= 0 && off + n <= n_, "NVMe states: prefetch outside the file");
+  if (n <= 0 || !overlap_) return;
+  // At most every slot but one (the least recently used chunks make room; a chunk read here is not evicted by the
+  // next one read here).
+  const int64_t first = off / chunk_, last = (off + n - 1) / chunk_;
+  const int64_t most = static_cast<int64_t>(slots_.size()) - 1;
+  for (int64_t k = first; k <= last && k - first < most; ++k) prefetch(k, nullptr);
 }
 
 #else  // no io_uring in this build
@@ -228,6 +238,7 @@ void NvmeStates::write_back(Slot&) {}
 void NvmeStates::drain() {}
 void NvmeStates::read(int, int64_t, int64_t, void*) {}
 void NvmeStates::write(int, int64_t, int64_t, const void*) {}
+void NvmeStates::prefetch_range(int64_t, int64_t) {}
 
 #endif
 

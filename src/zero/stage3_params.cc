@@ -71,6 +71,12 @@ void ShardedState::on_block(size_t b, bool forward, bool before) {
           int64_t n = plan_.groups[static_cast<size_t>(g)].padded;
           if (rt_[static_cast<size_t>(g)].full.defined()) continue;
           if (n > budget || live + n > o_.max_live) break;
+          if (piece_on_nvme(g)) {  // the piece read from the file while this block computes; gathered when needed
+            param_nvme_->prefetch_range(shard_off_[static_cast<size_t>(g)] - nvme_base_,
+                                        plan_.groups[static_cast<size_t>(g)].shard);
+            budget -= n;
+            continue;
+          }
           start_gather(g);
           budget -= n;
           live += n;
