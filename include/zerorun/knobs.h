@@ -1,9 +1,8 @@
 // Run-time knobs: the ZERORUN_* environment variables that change how zerorun runs (not what it trains), in one
 // struct read once, at the first call of knobs(); README (Commands, "Environment") says what each does. A new knob
 // is a field here and its line in from_environment(). Tests that change the environment call reload_knobs().
-// Not yet read through here: ZERORUN_CUDA_GRAPHS and ZERORUN_OPT_OVERLAP (src/engine/engine.cc), die_after_shard of
-// ZERORUN_FAULT_INJECT (src/checkpoint/checkpoint.cc) and the attention probe's per-head-size variant variables
-// (kernels/cuda/flash_attention_tc.cu), files being reworked by others; the first three have their fields here.
+// Not read through here: the attention candidates' per-head-size variables (ZERORUN_ATTN_FWD_TILING_D<D>,
+// ZERORUN_ATTN_BWD_VARIANT_D<D>, kernels/cuda/flash_attention_tc.cu: benchmark switches, names made from the size).
 #pragma once
 #include <string>
 

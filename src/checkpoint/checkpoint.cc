@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "zerorun/fsutil.h"
+#include "zerorun/knobs.h"
 #include "zerorun/model.h"
 #include "zerorun/optim.h"
 #include "zerorun/platform.h"
@@ -271,7 +272,8 @@ void save(const std::string& save_dir, const std::string& tag, const std::functi
   }
   const std::string shard = shard_name(r);
   write_safetensors(dir + "/" + shard, items, {{"format", "zerorun.checkpoint.shard"}, {"rank", std::to_string(r)}});
-  if (const char* f = std::getenv("ZERORUN_FAULT_INJECT")) {  // testing: die between shard and confirmation
+  if (knobs().has_fault_inject) {  // testing: die between shard and confirmation
+    const char* f = knobs().fault_inject.c_str();
     std::string want = "die_after_shard:" + std::to_string(r);
     if (want == f) {
       std::fprintf(stderr, "zerorun: fault injection: rank %d dies after writing its shard\n", r);

@@ -16,6 +16,7 @@
 
 #include "kernels/backend.h"
 #include "zerorun/cuda_rt.h"
+#include "zerorun/knobs.h"
 #include "zerorun/platform.h"
 #include "zerorun/profile.h"
 
@@ -141,14 +142,11 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   // CUDA graphs where a micro-batch's work is the same kernels on the same buffers every time: stages 0-1 (no
   // per-bucket collectives or gathers inside the backward), not under the synchronised profiler, not with dropout
   // (its masks change every micro-batch).
-  const char* g = std::getenv("ZERORUN_CUDA_GRAPHS");
-  use_graphs_ =
-      dev_.is_cuda() && stage_ < 2 && !profile::enabled() && !(g && std::strcmp(g, "0") == 0) && !exec_->has_dropout();
+  use_graphs_ = dev_.is_cuda() && stage_ < 2 && !profile::enabled() && knobs().cuda_graphs && !exec_->has_dropout();
   // One GPU, stages 0-1 with graphs and the compact copy: the update runs group by group on a side stream below
   // the main one in priority, so that the next forward's block waits only for its own groups (the backward for
   // all); ZERORUN_OPT_OVERLAP=0 keeps it on the main stream.
-  const char* ov = std::getenv("ZERORUN_OPT_OVERLAP");
-  overlap_ = use_graphs_ && state_->compact() && comm_.size() == 1 && !(ov && std::strcmp(ov, "0") == 0);
+  overlap_ = use_graphs_ && state_->compact() && comm_.size() == 1 && knobs().opt_overlap;
   if (overlap_) {
     side_ = std::make_unique<cuda::SideStream>(static_cast<int>(plan.groups.size()) + 1);
     exec_->hooks.before_block_forward = [this](size_t b) {

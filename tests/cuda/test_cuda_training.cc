@@ -343,8 +343,10 @@ TEST_CASE("CUDA graphs: replayed steps equal eager ones, and a bad id in a repla
   const Model m = tiny_gpt(4, 64, 32);
   const Config c = gpu_cfg(R"({"train_batch_size": 4, "gradient_accumulation_steps": 2, "bf16": {"enabled": true}})");
   platform::set_env("ZERORUN_CUDA_GRAPHS", "0");
+  reload_knobs();
   const auto eager = train_losses(m, c, 6);
   platform::unset_env("ZERORUN_CUDA_GRAPHS");
+  reload_knobs();
   const auto graphed = train_losses(m, c, 6);
   for (size_t i = 0; i < eager.size(); ++i) REQUIRE(graphed[i] == Approx(eager[i]).epsilon(1e-5));
 
