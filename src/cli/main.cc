@@ -100,6 +100,62 @@ Model estimate_model(const std::string& source, const std::string& arch, const G
   return build_llama(hf_decoder_spec(cfg, "--arch " + arch, &notes, true), 0, true);
 }
 
+// The model width the trainer resolves bucket "auto" values from (src/engine/trainer.cc's model_hidden).
+int64_t estimate_hidden(const Model& m) {
+  const json& ac = m.graph.meta.value("arch_config", json::object());
+  for (auto* k : {"n_embd", "hidden_size", "hidden"})
+    if (ac.contains(k) && ac[k].is_number_integer() && ac[k].get<int64_t>() > 0 &&
+        ac[k].get<int64_t>() <= (int64_t{1} << 24))
+      return ac[k].get<int64_t>();
+  int64_t h = 0;
+  for (auto& [n, s] : m.shapes)
+    if (s.size() == 2) h = std::max(h, std::min(s[0], s[1]));
+  return h;
+}
+
+// `zerorun estimate --config ds.json`: the run's own keys (precision, micro batch, train.seq_len, bucket sizes, bf16
+// master/states, the NVMe keys), resolved as the trainer resolves them ("auto" included) at the asked world size;
+// flags given on the command line win.
+void apply_estimate_config(const std::string& path, const Model& m, const CLI::App& cmd, EstimateRequest& est) {
+  Config c = load_config(path);
+  if (cmd.count("--micro_batch_size")) {  // the batch rule then holds at any world size
+    c.micro_batch = est.micro_batch;
+    c.train_batch_size.reset(), c.grad_accum.reset();
+  }
+  ResolveContext rc;
+  rc.world_size = est.gpus_per_node * est.nodes;
+  rc.hidden = estimate_hidden(m);
+  rc.on_gpu = est.gpu;
+  try {
+    resolve_config(c, rc);
+  } catch (const Error& e) {
+    ZR_FAIL(e.what(), " (zerorun estimate --config: --micro_batch_size N sizes another world size)");
+  }
+  if (!cmd.count("--precision")) est.precision = precision_name(c.precision);
+  if (!cmd.count("--micro_batch_size")) est.micro_batch = c.micro;
+  if (!cmd.count("--seq_len") && c.train.seq_len > 0) est.seq_len = c.train.seq_len;
+  if (!cmd.count("--reduce_bucket_size") && c.zero.reduce_bucket_size)
+    est.reduce_bucket_size = std::max<int64_t>(*c.zero.reduce_bucket_size, 1);  // 0: a bucket per parameter
+  if (c.zero.stage3_prefetch_bucket_size) est.stage3_prefetch_bucket_size = *c.zero.stage3_prefetch_bucket_size;
+  if (est.precision == "bf16") {
+    est.bf16_master = est.bf16_master || c.bf16_master_weights_and_grads;
+    est.bf16_states = est.bf16_states || c.bf16_optimizer_states;
+  }
+  const json& z = c.raw.is_object() ? c.raw.value("zero_optimization", json::object()) : json::object();
+  if (z.is_object() && z.value("offload_optimizer", json()).is_object())
+    est.opt_buffer_count = c.zero.offload_optimizer.buffer_count;
+  if (z.is_object() && z.value("offload_param", json()).is_object()) {
+    est.param_buffer_count = c.zero.offload_param.buffer_count;
+    est.param_buffer_size = c.zero.offload_param.buffer_size;
+    est.max_in_cpu = c.zero.offload_param.max_in_cpu;
+  }
+  est.sub_group_size = c.zero.sub_group_size;
+  est.config = path;
+  est.config_stage = c.zero.stage;
+  est.config_offload_optimizer = c.zero.offload_optimizer.device;
+  est.config_offload_param = c.zero.offload_param.device;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -212,7 +268,7 @@ int main(int argc, char** argv) {
   init_cmd->add_option("--head_dim", init_head_dim, "decoder model_types: head size (default: the family's)");
   init_cmd->add_option("--window", init_window, "decoder model_types: sliding window (mistral, phi3, gemma2/3)");
 
-  std::string est_model, est_device = "cuda", est_arch;
+  std::string est_model, est_device = "cuda", est_arch, est_config;
   EstimateRequest est;
   Gpt2Spec est_gpt;
   LlamaSpec est_llama;
@@ -241,6 +297,9 @@ int main(int argc, char** argv) {
   est_cmd->add_flag("--bf16_master_weights_and_grads", est.bf16_master,
                     "bf16.bf16_master_weights_and_grads: no fp32 master (bf16 on CPU ranks)");
   est_cmd->add_flag("--bf16_optimizer_states", est.bf16_states, "bf16.bf16_optimizer_states: 2-byte Adam moments");
+  est_cmd->add_option("--config", est_config,
+                      "a DeepSpeed config: its precision, micro batch, bucket sizes, bf16 keys and NVMe offload keys "
+                      "(buffer_count, buffer_size, max_in_cpu, sub_group_size); flags given win");
 
   auto* report_cmd = app.add_subcommand("report", "build features, library versions, GPUs seen");
 
@@ -397,6 +456,7 @@ int main(int argc, char** argv) {
       ZR_CHECK(est_device == "cuda" || est_device == "cpu", "--device must be cuda or cpu, got '", est_device, "'");
       est.gpu = est_device == "cuda";
       Model m = estimate_model(est_model, est_arch, est_gpt, est_llama, est_tied, *est_cmd);
+      if (!est_config.empty()) apply_estimate_config(est_config, m, *est_cmd, est);
       const MemoryEstimate e = estimate_memory(m, est);
       std::fputs(format_estimate(e, est, est_model.empty() ? "--arch " + est_arch : est_model).c_str(), stdout);
       return 0;

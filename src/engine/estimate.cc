@@ -93,6 +93,20 @@ double activation_bytes(const Model& m, int64_t B, int64_t T, bool gpu) {
 
 }  // namespace
 
+NvmeFileEstimate estimate_nvme_file(int64_t n, int arrays, int elem_bytes, int64_t chunk_elems, int buffer_count) {
+  constexpr int64_t kAlign = 4096;  // O_DIRECT alignment (src/zero/nvme.cc)
+  auto round_up = [](int64_t x, int64_t m) { return (x + m - 1) / m * m; };
+  const int64_t chunk =
+      round_up(std::min(std::max<int64_t>(chunk_elems, 1), std::max<int64_t>(n, 1)), kAlign / elem_bytes);
+  NvmeFileEstimate f;
+  f.chunk = static_cast<double>(chunk);
+  f.file = static_cast<double>(round_up(std::max<int64_t>(n, 1), chunk)) * elem_bytes * arrays;
+  const int64_t slots = std::max(2, buffer_count), chunks = round_up(std::max<int64_t>(n, 1), chunk) / chunk;
+  f.buffers = static_cast<double>(slots) * arrays * static_cast<double>(chunk) * elem_bytes;
+  f.resident = static_cast<double>(std::min(slots, chunks)) * arrays * static_cast<double>(chunk) * elem_bytes;
+  return f;
+}
+
 MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
   ZR_CHECK(r.gpus_per_node >= 1 && r.nodes >= 1, "estimate: --num_gpus and --num_nodes must be >= 1");
   ZR_CHECK(r.precision == "fp32" || r.precision == "bf16" || r.precision == "fp16",
@@ -144,6 +158,61 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
       s.host_node = s.host_rank * r.gpus_per_node;
       e.rows.push_back(s);
     }
+  // NVMe offload (stages 1-3): the engine's plan for the stage (one group a block at stage 1, the buckets at 2-3)
+  // sizes the files exactly as NvmeStates does; the moments leave RAM for their chunk slots, and with offload_param
+  // the parameter shard's groups past the first max_in_cpu elements leave it for theirs.
+  const zero::Plan plan1 =
+      zero::plan(zero::bucket_layout(uses, nb, std::numeric_limits<int64_t>::max()).params, e.world, 1);
+  constexpr int64_t kMaxChunk = int64_t{1} << 24;  // the engine's cap on a chunk (16M elements)
+  for (int stage = 1; stage <= 3; ++stage)
+    for (bool par : {false, true}) {
+      if (par && stage != 3) continue;
+      const zero::Plan& pl = stage == 1 ? plan1 : plan;
+      StageEstimate s;
+      s.stage = stage;
+      s.offload = r.gpu;  // a GPU run offloads the optimizer (and at stage 3 with par the parameters) to the host
+      s.nvme_optimizer = true;
+      s.nvme_param = par;
+      const zero::StateEstimate st = zero::estimate_model_states(e.params, stage, e.world, mixed, r.gpu, r.gpu,
+                                                                 r.gpu && par, f32_read, r.bf16_master, r.bf16_states);
+      const int esize = r.bf16_states ? 2 : 4;
+      const int64_t n = pl.shard_numel();
+      const NvmeFileEstimate mf =
+          estimate_nvme_file(n, 2, esize, std::min(r.sub_group_size, kMaxChunk), r.opt_buffer_count);
+      s.nvme_moments = static_cast<double>(n) * esize * 2;
+      const double moments_ram = esize * 2 * e.params / e.world;  // what estimate_model_states counts
+      s.nvme_files = mf.file;
+      s.nvme_buffers = mf.buffers;
+      s.nvme_resident = mf.resident;
+      double params_ram_less = 0;  // compute bytes the parameters' file takes out of RAM
+      if (par) {
+        // ShardedState: the first group whose piece ends past max_in_cpu and every one after it go to the file.
+        int64_t off = 0;
+        size_t g = 0;
+        for (; g < pl.groups.size() && off + pl.groups[g].shard <= r.max_in_cpu; ++g) off += pl.groups[g].shard;
+        if (g < pl.groups.size()) {
+          const NvmeFileEstimate pf =
+              estimate_nvme_file(n - off, 1, 4, std::min(r.param_buffer_size, kMaxChunk), r.param_buffer_count);
+          s.nvme_params = 4.0 * static_cast<double>(n - off);
+          s.nvme_files += pf.file;
+          s.nvme_buffers += pf.buffers;
+          s.nvme_resident += pf.resident;
+          params_ram_less = std::min(s.nvme_params, 4 * e.params / e.world);
+        }
+      }
+      s.params = st.params - params_ram_less, s.grads = st.grads, s.optimizer = st.optimizer - moments_ram;
+      s.states_device = st.device;
+      s.states_host = st.host - moments_ram - params_ram_less;
+      s.buckets = bucket_peak(buckets, plan, stage, r.stage3_prefetch_bucket_size);
+      if (r.gpu) {
+        s.device = st.device + s.buckets + e.activations;
+        s.host_rank = s.states_host + s.nvme_resident + process_base_bytes();
+      } else {
+        s.host_rank = s.states_host + s.nvme_resident + s.buckets + e.activations + process_base_bytes();
+      }
+      s.host_node = s.host_rank * r.gpus_per_node;
+      e.nvme.push_back(s);
+    }
   return e;
 }
 
@@ -179,6 +248,52 @@ std::string format_estimate(const MemoryEstimate& e, const EstimateRequest& r, c
         "buckets and gathered stage-3 parameters at their peak; host/rank adds "
      << gib(process_base_bytes()) << " for the process itself" << (r.gpu ? " (not the CUDA runtime's own)" : "")
      << "\n";
+  if (!e.nvme.empty()) {
+    constexpr int64_t kMaxChunk = int64_t{1} << 24;
+    os << "NVMe offload (ZeRO-Infinity), " << (r.config.empty() ? "DeepSpeed's defaults" : r.config + "'s keys")
+       << ": offload_optimizer \"nvme\": the moments in a file, chunks of sub_group_size " << r.sub_group_size
+       << " elements (at most " << kMaxChunk << "), buffer_count " << r.opt_buffer_count
+       << "; offload_param \"nvme\" (stage 3): the parameter shard past max_in_cpu " << r.max_in_cpu
+       << " elements in a file, chunks of buffer_size " << r.param_buffer_size << " (at most " << kMaxChunk
+       << "), buffer_count " << r.param_buffer_count << "\n";
+    std::snprintf(line, sizeof line, "%-6s %-8s %11s %11s %11s %11s %11s %11s %13s %13s %11s %11s\n", "stage",
+                  "offload", "params", "grads", "optimizer", "buckets", "NVMe bufs", r.gpu ? "GPU/rank" : "-",
+                  "host/rank", "host/node", "NVMe/rank", "NVMe/node");
+    os << line;
+    for (const StageEstimate& s : e.nvme) {
+      std::snprintf(line, sizeof line, "ZeRO-%-1d %-8s %11s %11s %11s %11s %11s %11s %13s %13s %11s %11s\n", s.stage,
+                    s.nvme_param ? "nvme+par" : "nvme", gib(s.params).c_str(), gib(s.grads).c_str(),
+                    gib(s.optimizer).c_str(), gib(s.buckets).c_str(), gib(s.nvme_buffers).c_str(),
+                    r.gpu ? gib(s.device).c_str() : "-", gib(s.host_rank).c_str(), gib(s.host_node).c_str(),
+                    gib(s.nvme_moments + s.nvme_params).c_str(), gib(s.nvme_files * r.gpus_per_node).c_str());
+      os << line;
+    }
+    os << "nvme: offload_optimizer \"nvme\"" << (r.gpu ? " (the fp32 master and gradients in host RAM)" : "")
+       << "; nvme+par: and offload_param \"nvme\"; params/optimizer: what stays in RAM"
+       << (r.gpu ? " or GPU memory" : "")
+       << "; NVMe bufs: the files' chunk slots in RAM, buffer_count each (host/rank counts those a chunk lands in: "
+          "a file of fewer chunks leaves the rest untouched); NVMe/rank: the states on NVMe (moments, "
+          "parameters); NVMe/node: the files of a node's ranks (rounded up to whole chunks): the room nvme_path "
+          "needs\n";
+  }
+  if (r.config_stage >= 0) {
+    const std::string& o = r.config_offload_optimizer;
+    const std::string& p = r.config_offload_param;
+    const int st = r.config_stage;
+    std::string row;
+    if (o == "nvme" && (p == "none" || (p == "nvme" && st == 3)))
+      row = p == "nvme" ? "nvme+par" : "nvme";
+    else if (o == "nvme" || (o == "none" && p != "none" && r.gpu))
+      row = "";
+    else if (!r.gpu)  // CPU ranks: offload "cpu" changes nothing; parameters on NVMe without the moments: no row
+      row = p == "nvme" ? "" : "none";
+    else
+      row = o == "none" ? "none" : st == 3 && p == "cpu" ? "opt+par" : p == "none" ? "opt" : "";
+    if (st == 0 && row != "none") row.clear();
+    os << r.config << ": ZeRO-" << st << ", offload_optimizer " << o << ", offload_param " << p << ": "
+       << (row.empty() ? std::string("no row of this table") : "row 'ZeRO-" + std::to_string(st) + " " + row + "'")
+       << "\n";
+  }
   return os.str();
 }
 
