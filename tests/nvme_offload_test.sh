@@ -84,6 +84,39 @@ if grep -q 'parameters on NVMe=0.421MiB' p1.log && grep -q 'moments on NVMe=.*pa
 else
   bad "offload_param nvme: memory line / metrics"; grep -m1 'memory rank' p1.log; head -1 p2/metrics.jsonl
 fi
+# metrics.jsonl's host_bytes (every step, every category) are rank 0's model states of its memory line (at start
+# and at the end); nvme_bytes are the bytes on NVMe the memory line names; CPU ranks wait on no host<->device copy.
+if python3 - c21 c32 n21 n22 n32 p1 p2 q2 <<'PY'
+import json, re, sys
+cats = {"params", "grads", "optimizer", "activations", "buffers", "pinned"}
+for run in sys.argv[1:]:
+    nvme = run[0] in "npq"
+    rows = [json.loads(l) for l in open(run + "/metrics.jsonl")]
+    assert len(rows) == 8, (run, len(rows))
+    lines = [l for l in open(run + ".log") if "memory rank 0:" in l]
+    assert len(lines) == 2 and all("| host now: params=" in l for l in lines), (run, lines)
+    for r in rows:
+        h = r["host_bytes"]
+        assert cats <= set(h) and ("nvme_buffers" in h) == nvme and "transfer_wait_seconds" not in r, (run, r)
+        assert ("nvme_bytes" in r) == nvme, (run, r)
+        if nvme:
+            assert h["nvme_buffers"] > 0 and sum(r["nvme_bytes"].values()) > 0, (run, r)
+    for l in lines:
+        m = re.search(r"model states params=([0-9.]+)MiB grads=([0-9.]+)MiB optimizer=([0-9.]+)MiB", l)
+        for k, v in zip(("params", "grads", "optimizer"), m.groups()):
+            for r in rows:
+                assert abs(r["host_bytes"][k] / 2**20 - float(v)) <= 0.0005 + 1e-9, (run, k, v, r["host_bytes"])
+        for what, k in (("moments on NVMe=", "optimizer"), ("parameters on NVMe=", "params")):
+            m = re.search(what + r"([0-9.]+)MiB", l)
+            got = rows[-1].get("nvme_bytes", {}).get(k, 0) / 2**20
+            assert (abs(got - float(m.group(1))) <= 0.0005 + 1e-9) if m else got == 0, (run, what, got, l)
+        assert ("NVMe now: " in l) == nvme, (run, l)
+PY
+then
+  ok "metrics.jsonl host_bytes = the memory line's model states, nvme_bytes = its bytes on NVMe, every step"
+else
+  bad "host_bytes / nvme_bytes in metrics.jsonl vs the memory line"
+fi
 # Checkpoints with the parameters on NVMe: 4 + save + resume = 8 straight; resumed with everything in memory.
 rm -rf S2
 "$ZR" --num_gpus 2 --config p3.json pm.bin --micro_batch_size 3 --steps 4 --save_dir S2 >>resume.log 2>&1

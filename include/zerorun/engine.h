@@ -7,6 +7,7 @@
 //   3: + parameters sharded, gathered per bucket before a block's forward and
 //      backward (next block prefetched asynchronously) and freed after.
 #pragma once
+#include <array>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -28,6 +29,18 @@ class Backend;
 
 namespace zerorun {
 
+// Bytes this rank's process holds now, by MemCategory (params, grads, optimizer, activations, buffers): in host
+// memory (the allocator's host counters), in device memory (its device counters: GPU runs), on NVMe (the
+// ShardedState buffers placed there: the stage-3 parameter shard under offload_param "nvme", the moments under
+// offload_optimizer "nvme"), how many of the host bytes are page-locked (pin_memory), and the host memory of the
+// NVMe files' staging slots (outside the allocator's counters, so beside `host`).
+struct MemoryNow {
+  using ByCategory = std::array<int64_t, static_cast<size_t>(MemCategory::Count)>;
+  ByCategory host{}, device{}, nvme{};
+  int64_t pinned = 0, nvme_buffers = 0;
+  int64_t nvme_total() const;
+};
+
 struct StepStats {
   int64_t step = 0;  // 1-based index of the global step just taken
   double loss = 0, lr = 0, grad_norm = 0, loss_scale = 1;
@@ -36,8 +49,17 @@ struct StepStats {
   // Of `seconds`, this rank's optimizer update (with offload: the gradient shard's copy to the host, the CPU
   // optimizer, the weights' refresh and gather): what the update costs a step.
   double optimizer_seconds = 0;
-  double nvme_wait_seconds = 0;  // waiting on NVMe reads and writes: the moments (in the update), the parameters (all step)
-  int64_t tokens = 0;            // tokens (or samples) processed by all ranks
+  // Waiting on NVMe reads and writes: the moments (in the update), the parameters (all step).
+  double nvme_wait_seconds = 0;
+  // GPU runs with offload: of optimizer_seconds, the wall time in the ShardedState calls that copy the offloaded
+  // state between host and device (synchronous copies): each group's gradient piece to the host before its CPU
+  // update, and the refresh of the device weights from the host master after the update (with the all-gather of
+  // the new weights that follows it on several ranks at stages 1-2, and of the persistent groups at stage 3). Not in
+  // it: offload_param's copies of the parameter shard to the device inside each block's gather (their synchronous
+  // copies also wait for the compute queued before them).
+  double transfer_wait_seconds = 0;
+  int64_t tokens = 0;  // tokens (or samples) processed by all ranks
+  MemoryNow memory;    // at the step's end
 };
 
 // Bytes this rank keeps between steps for model states.
@@ -65,6 +87,9 @@ class Engine {
   const zero::Plan& plan() const { return state_->plan(); }
   const zero::ShardedState& sharded_state() const { return *state_; }
   std::string memory_report() const;
+  MemoryNow memory_now() const;
+  // GPU runs with offload_optimizer: the step reports transfer_wait_seconds.
+  bool offloads() const { return offload_; }
   // Where the optimizer's states live and in what type: the fp32 master (or what serves as it) and the moments.
   std::string optimizer_report() const;
   ModelStateBytes model_state_bytes() const;
@@ -125,6 +150,11 @@ class Engine {
   // The update on a side stream (see the constructor); declared last, so destroyed (its stream waited for) first.
   bool overlap_ = false;
   std::unique_ptr<cuda::SideStream> side_;
+  // Offload (GPU runs): wall time so far in ShardedState calls that copy between host and device (train_step's
+  // transfer_wait_seconds is its growth over the step); f() timed into it, or just called without offload.
+  double transfer_s_ = 0;
+  template <class F>
+  auto transfer_timed(F&& f) -> decltype(f());
 };
 
 }  // namespace zerorun

@@ -159,6 +159,17 @@ Engine::~Engine() = default;  // the side stream first (declared last), ZeRO's s
 
 kernels::Backend& Engine::be() const { return kernels::backend(dev_); }
 
+template <class F>
+auto Engine::transfer_timed(F&& f) -> decltype(f()) {
+  if (!offload_) return f();
+  struct Add {  // also when f throws
+    double& to;
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~Add() { to += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+  } add{transfer_s_};
+  return f();
+}
+
 // ---- the step -----------------------------------------------------------------
 
 // d(loss) announced before the forward (the loss op can make its input's gradient there); `fresh`: this backward
@@ -259,6 +270,7 @@ double Engine::masked_weight(const std::vector<std::map<std::string, Tensor>>& m
 StepStats Engine::train_step(DataSource& data) {
   auto t0 = std::chrono::steady_clock::now();
   const double param_wait0 = state_->param_nvme() ? state_->param_nvme()->wait_seconds() : 0.0;
+  const double transfer0 = transfer_s_;
   profile::Scope whole(".. train_step (whole)");
   StepStats st;
   const int W = comm_.size(), r = comm_.rank();
@@ -360,7 +372,7 @@ StepStats Engine::train_step(DataSource& data) {
         opt_->begin_step();
         for (int gi = 0; gi < n; ++gi) {
           // With offload: the gradient shard copied to the host, the CPU optimizer on the host master.
-          const zero::UpdatePiece u = state_->update_piece(gi);
+          const zero::UpdatePiece u = transfer_timed([&] { return state_->update_piece(gi); });
           opt_->update(u.weights, u.grads, u.state_offset, u.n, lm.lr, beta1, state_->update_targets(u.flat_begin));
           state_->end_update_piece(gi);
           if (overlap_) side_->record(gi);
@@ -372,7 +384,8 @@ StepStats Engine::train_step(DataSource& data) {
     ++updates_;
     {
       profile::Scope ps("refresh+gather params");
-      state_->after_update(state_->update_targets(0).f32 != nullptr);
+      // With offload: the host master's new weights to the device (and their gather).
+      transfer_timed([&] { state_->after_update(state_->update_targets(0).f32 != nullptr); });
     }
     st.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
     if (opt_->nvme()) st.nvme_wait_seconds = opt_->nvme()->wait_seconds() - nvme_wait0;
@@ -383,7 +396,9 @@ StepStats Engine::train_step(DataSource& data) {
   // (stages 0-1 otherwise overwrite the buffer in the next backward; its padding is never written).
   if (stage_ >= 2 || st.skipped) gbuf.zero_();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  st.transfer_wait_seconds = transfer_s_ - transfer0;
   st.tokens = cfg_.batch * data.tokens_per_sample();
+  st.memory = memory_now();
   return st;
 }
 
@@ -424,8 +439,38 @@ std::string Engine::optimizer_report() const {
   return os.str();
 }
 
+int64_t MemoryNow::nvme_total() const {
+  int64_t t = 0;
+  for (int64_t b : nvme) t += b;
+  return t;
+}
+
+namespace {
+// The category of a ShardedState buffer, by its name (BufferInfo carries none), as src/zero allocates it.
+MemCategory buffer_category(const std::string& name) {
+  if (name == "compute" || name == "compute16" || name == "param_shard") return MemCategory::Params;
+  if (name == "grads" || name == "host_grad") return MemCategory::Grads;
+  if (name == "master" || name == "moments") return MemCategory::Optimizer;
+  return MemCategory::Buffers;  // offload_stage: the update's staging buffer
+}
+}  // namespace
+
+MemoryNow Engine::memory_now() const {
+  MemoryNow m;
+  m.host = mem_stats(false).current;
+  if (!dev_.is_cpu()) m.device = mem_stats(true).current;
+  for (const zero::BufferInfo& b : state_->buffers()) {
+    if (b.placement == zero::Placement::Nvme) m.nvme[static_cast<size_t>(buffer_category(b.name))] += b.bytes;
+    if (b.placement == zero::Placement::PinnedHost) m.pinned += b.bytes;
+  }
+  if (const zero::NvmeStates* n = opt_->nvme()) m.nvme_buffers += n->buffer_bytes();
+  if (const zero::NvmeStates* n = state_->param_nvme()) m.nvme_buffers += n->buffer_bytes();
+  return m;
+}
+
 std::string Engine::memory_report() const {
   ModelStateBytes b = model_state_bytes();
+  const MemoryNow now = memory_now();
   MemStats s = mem_stats(), act = mem_stats(!dev_.is_cpu());  // activations live where the model runs
   std::ostringstream os;
   os.precision(3);
@@ -436,7 +481,18 @@ std::string Engine::memory_report() const {
      << "MiB | process peak=" << s.total_peak / 1048576.0 << "MiB";
   if (const uint64_t rss = platform::peak_rss_bytes()) os << " | peak RSS=" << rss / 1048576.0 << "MiB";
   if (!dev_.is_cpu()) os << " | device peak=" << mem_stats(true).total_peak / 1048576.0 << "MiB";
-  if (state_->pinned_bytes() > 0) os << " | pinned host=" << state_->pinned_bytes() / 1048576.0 << "MiB";
+  if (now.pinned > 0) os << " | pinned host=" << now.pinned / 1048576.0 << "MiB";
+  // What this process holds now, by category: host memory, device memory (GPU runs), NVMe (where any).
+  auto by_category = [&](const char* where, const MemoryNow::ByCategory& v, bool all) {
+    os << " | " << where << " now:";
+    for (size_t c = 0; c < v.size(); ++c)
+      if (all || v[c] > 0)
+        os << " " << mem_category_name(static_cast<MemCategory>(c)) << "=" << v[c] / 1048576.0 << "MiB";
+  };
+  by_category("host", now.host, true);
+  if (now.nvme_buffers > 0) os << " nvme_buffers=" << now.nvme_buffers / 1048576.0 << "MiB";
+  if (!dev_.is_cpu()) by_category("device", now.device, true);
+  if (now.nvme_total() > 0) by_category("NVMe", now.nvme, false);
   return os.str();
 }
 

@@ -295,8 +295,20 @@ int run_training(const TrainOptions& o, Communicator& comm) {
                 {"skipped", st.skipped},
                 {"seconds", st.seconds},
                 {"optimizer_seconds", st.optimizer_seconds}};
-      if (cfg.zero.offload_optimizer.device == "nvme" || cfg.zero.offload_param.device == "nvme")
-        j["nvme_wait_seconds"] = st.nvme_wait_seconds;
+      const bool nvme = cfg.zero.offload_optimizer.device == "nvme" || cfg.zero.offload_param.device == "nvme";
+      if (nvme) j["nvme_wait_seconds"] = st.nvme_wait_seconds;
+      if (engine.offloads()) j["transfer_wait_seconds"] = st.transfer_wait_seconds;
+      // Bytes by category at the step's end: host memory (and of it page-locked), device memory, NVMe.
+      auto by_category = [](const MemoryNow::ByCategory& v) {
+        json o = json::object();
+        for (size_t c = 0; c < v.size(); ++c) o[mem_category_name(static_cast<MemCategory>(c))] = v[c];
+        return o;
+      };
+      j["host_bytes"] = by_category(st.memory.host);
+      j["host_bytes"]["pinned"] = st.memory.pinned;
+      if (nvme) j["host_bytes"]["nvme_buffers"] = st.memory.nvme_buffers;
+      if (gpu) j["device_bytes"] = by_category(st.memory.device);
+      if (nvme) j["nvme_bytes"] = by_category(st.memory.nvme);
       metrics << j.dump() << "\n" << std::flush;
     }
     if (lead && (st.step % cfg.steps_per_print == 0 || st.step == cfg.train.steps || st.step == 1)) {

@@ -121,11 +121,30 @@ TEST_CASE("pin_memory page-locks the offloaded buffers copied every step, and sa
     const std::string rep = e.memory_report();
     INFO(rep);
     REQUIRE(rep.find("pinned host=") != std::string::npos);
+    REQUIRE(rep.find("| device now: params=") != std::string::npos);
+    // A step: its copies between host and device timed, within the update; the model states split between host
+    // and device memory, the pinned bytes of them.
+    auto data = make_data_source("synthetic", g, e.seq_len(), 5);
+    const StepStats s = e.train_step(*data);
+    CHECK(s.transfer_wait_seconds > 0);
+    CHECK(s.transfer_wait_seconds <= s.optimizer_seconds);
+    const ModelStateBytes b = e.model_state_bytes();
+    auto both = [&](MemCategory c) {
+      return s.memory.host[static_cast<size_t>(c)] + s.memory.device[static_cast<size_t>(c)];
+    };
+    CHECK(both(MemCategory::Params) == b.params);
+    CHECK(both(MemCategory::Grads) == b.grads);
+    CHECK(s.memory.host[static_cast<size_t>(MemCategory::Optimizer)] == b.optimizer);  // master and moments
+    CHECK(s.memory.pinned > 0);
+    CHECK(s.memory.pinned <= s.memory.host[static_cast<size_t>(MemCategory::Grads)] +
+                                 s.memory.host[static_cast<size_t>(MemCategory::Params)] +
+                                 s.memory.host[static_cast<size_t>(MemCategory::Buffers)]);
     // Without pin_memory nothing is page-locked.
     Config u = gpu_cfg(
         R"({"train_batch_size": 4, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}})");
     Engine e2(g, u, *comm, 2);
     REQUIRE(e2.memory_report().find("pinned host=") == std::string::npos);
+    CHECK(e2.train_step(*data).memory.pinned == 0);
   }
 }
 

@@ -307,6 +307,38 @@ TEST_CASE("zerorun estimate's model-state bytes are what the engine allocates", 
   CHECK_THROWS_WITH(zero::estimate_model_states(1, 4, 1, false, false, false, false), Catch::Contains("stage"));
 }
 
+TEST_CASE("a step's host bytes by category are the engine's model states; the memory line shows them", "[train]") {
+  Model g = tiny_gpt();
+  for (int st = 0; st <= 3; ++st) {
+    for (const char* prec : {"", R"(, "bf16": {"enabled": true})"}) {
+      INFO("stage " << st << (*prec ? " bf16" : " fp32"));
+      Config c = make_cfg(R"({"train_batch_size": 4, "zero_optimization": {"stage": )" + std::to_string(st) +
+                          R"(, "stage3_param_persistence_threshold": 300, "reduce_bucket_size": 2000})" + prec + "}");
+      auto comm = make_self_comm();
+      Engine e(g, c, *comm, 2);
+      auto data = make_data_source("synthetic", g, e.seq_len(), 5);
+      for (int k = 0; k < 2; ++k) {
+        const StepStats s = e.train_step(*data);
+        const ModelStateBytes b = e.model_state_bytes();
+        auto host = [&](MemCategory m) { return s.memory.host[static_cast<size_t>(m)]; };
+        CHECK(host(MemCategory::Params) == b.params);
+        CHECK(host(MemCategory::Grads) == b.grads);
+        CHECK(host(MemCategory::Optimizer) == b.optimizer);
+        CHECK(b.optimizer > 0);
+        CHECK(s.memory.nvme_total() == 0);
+        CHECK(s.memory.device == MemoryNow::ByCategory{});  // a CPU run
+        CHECK(s.memory.pinned == 0);
+        CHECK(s.transfer_wait_seconds == 0);
+      }
+      const std::string rep = e.memory_report();
+      CHECK(rep.find("| host now: params=") != std::string::npos);
+      CHECK(rep.find("activations=") != std::string::npos);
+      CHECK(rep.find("device now:") == std::string::npos);
+      CHECK(rep.find("NVMe now:") == std::string::npos);
+    }
+  }
+}
+
 TEST_CASE(
     "16-bit storage plan: what feeds only 16-bit readers is stored in 16 bits, the residual stream is not; "
     "GELU fuses into the linears on both sides",
