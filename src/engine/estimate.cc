@@ -101,9 +101,10 @@ NvmeFileEstimate estimate_nvme_file(int64_t n, int arrays, int elem_bytes, int64
   NvmeFileEstimate f;
   f.chunk = static_cast<double>(chunk);
   f.file = static_cast<double>(round_up(std::max<int64_t>(n, 1), chunk)) * elem_bytes * arrays;
-  const int64_t slots = std::max(2, buffer_count), chunks = round_up(std::max<int64_t>(n, 1), chunk) / chunk;
-  f.buffers = static_cast<double>(slots) * arrays * static_cast<double>(chunk) * elem_bytes;
-  f.resident = static_cast<double>(std::min(slots, chunks)) * arrays * static_cast<double>(chunk) * elem_bytes;
+  // NvmeStates' slots: buffer_count (at least two), never more than the file's chunks; every one is used.
+  const int64_t chunks = round_up(std::max<int64_t>(n, 1), chunk) / chunk;
+  const int64_t slots = std::min<int64_t>(std::max(2, buffer_count), chunks);
+  f.buffers = f.resident = static_cast<double>(slots) * arrays * static_cast<double>(chunk) * elem_bytes;
   return f;
 }
 
@@ -271,8 +272,8 @@ std::string format_estimate(const MemoryEstimate& e, const EstimateRequest& r, c
     os << "nvme: offload_optimizer \"nvme\"" << (r.gpu ? " (the fp32 master and gradients in host RAM)" : "")
        << "; nvme+par: and offload_param \"nvme\"; params/optimizer: what stays in RAM"
        << (r.gpu ? " or GPU memory" : "")
-       << "; NVMe bufs: the files' chunk slots in RAM, buffer_count each (host/rank counts those a chunk lands in: "
-          "a file of fewer chunks leaves the rest untouched); NVMe/rank: the states on NVMe (moments, "
+       << "; NVMe bufs: the files' chunk slots in RAM, buffer_count each (no more than a file has chunks); NVMe/rank: "
+          "the states on NVMe (moments, "
           "parameters); NVMe/node: the files of a node's ranks (rounded up to whole chunks): the room nvme_path "
           "needs\n";
   }

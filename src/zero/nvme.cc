@@ -67,7 +67,9 @@ NvmeStates::NvmeStates(const std::string& nvme_path, int rank, const std::string
     ZR_FAIL("nvme_path '", nvme_path, "': no room for ", file_bytes_ / 1048576.0, " MiB (", name, ": ",
             std::strerror(e), ")");
   }
-  slots_.resize(static_cast<size_t>(std::max(2, buffer_count)));
+  // buffer_count slots (at least two, one read ahead while one is used), but never more than the file has chunks.
+  const int64_t chunks = region_ / (chunk_ * esize_);
+  slots_.resize(static_cast<size_t>(std::min<int64_t>(std::max(2, buffer_count), chunks)));
   for (Slot& s : slots_)
     for (int a = 0; a < arrays_; ++a) {
       void* p = std::aligned_alloc(kAlign, static_cast<size_t>(chunk_ * esize_));
