@@ -150,11 +150,6 @@ class Engine {
   // The update on a side stream (see the constructor); declared last, so destroyed (its stream waited for) first.
   bool overlap_ = false;
   std::unique_ptr<cuda::SideStream> side_;
-  // Offload (GPU runs): wall time so far in ShardedState calls that copy between host and device (train_step's
-  // transfer_wait_seconds is its growth over the step); f() timed into it, or just called without offload.
-  double transfer_s_ = 0;
-  template <class F>
-  auto transfer_timed(F&& f) -> decltype(f());
 };
 
 }  // namespace zerorun

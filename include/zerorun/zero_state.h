@@ -29,6 +29,7 @@ struct BufferInfo {
   std::string name;  // "compute", "compute16", "param_shard", "master", "grads", "host_grad", ...
   Placement placement = Placement::Host;
   int64_t bytes = 0;
+  MemCategory category = MemCategory::Buffers;  // what the allocator counts it as (Nvme: what it would be)
 };
 
 struct StateOptions {
@@ -152,6 +153,9 @@ class ShardedState {
   NvmeStates* param_nvme() const { return param_nvme_.get(); }  // offload_param "nvme": the shard's file
   int64_t param_nvme_bytes() const;                             // parameter bytes in that file
   int64_t pinned_bytes() const { return pinned_bytes_; }
+  // Offload (GPU runs): wall time so far in the copies between host and device memory of the update (gradient
+  // pieces to the host, updated weights back) and of the stage-3 gathers (the host shard to the device).
+  double transfer_seconds() const { return transfer_s_; }
 
   // ---- binding to the computation
   std::map<std::string, Tensor> param_views() const;    // stages 0-2 (stage 3: undefined, bound when gathered)
@@ -263,6 +267,8 @@ class ShardedState {
   Tensor host_grad_;          // offload: this rank's gradient shard in host memory
   Tensor offload_stage_;      // offload with device compute params: a group's rounded update on its way there
   int64_t pinned_bytes_ = 0;  // host memory page-locked by pin_memory
+  double transfer_s_ = 0;     // see transfer_seconds()
+  void copy_timed(float* dst, const float* src, int64_t n);  // copy_f32 between host and device, timed
   std::unique_ptr<MomentStore> moments_;
 };
 

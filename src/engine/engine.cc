@@ -159,17 +159,6 @@ Engine::~Engine() = default;  // the side stream first (declared last), ZeRO's s
 
 kernels::Backend& Engine::be() const { return kernels::backend(dev_); }
 
-template <class F>
-auto Engine::transfer_timed(F&& f) -> decltype(f()) {
-  if (!offload_) return f();
-  struct Add {  // also when f throws
-    double& to;
-    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
-    ~Add() { to += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
-  } add{transfer_s_};
-  return f();
-}
-
 // ---- the step -----------------------------------------------------------------
 
 // d(loss) announced before the forward (the loss op can make its input's gradient there); `fresh`: this backward
@@ -270,7 +259,7 @@ double Engine::masked_weight(const std::vector<std::map<std::string, Tensor>>& m
 StepStats Engine::train_step(DataSource& data) {
   auto t0 = std::chrono::steady_clock::now();
   const double param_wait0 = state_->param_nvme() ? state_->param_nvme()->wait_seconds() : 0.0;
-  const double transfer0 = transfer_s_;
+  const double transfer0 = state_->transfer_seconds();
   profile::Scope whole(".. train_step (whole)");
   StepStats st;
   const int W = comm_.size(), r = comm_.rank();
@@ -372,7 +361,7 @@ StepStats Engine::train_step(DataSource& data) {
         opt_->begin_step();
         for (int gi = 0; gi < n; ++gi) {
           // With offload: the gradient shard copied to the host, the CPU optimizer on the host master.
-          const zero::UpdatePiece u = transfer_timed([&] { return state_->update_piece(gi); });
+          const zero::UpdatePiece u = state_->update_piece(gi);
           opt_->update(u.weights, u.grads, u.state_offset, u.n, lm.lr, beta1, state_->update_targets(u.flat_begin));
           state_->end_update_piece(gi);
           if (overlap_) side_->record(gi);
@@ -385,7 +374,7 @@ StepStats Engine::train_step(DataSource& data) {
     {
       profile::Scope ps("refresh+gather params");
       // With offload: the host master's new weights to the device (and their gather).
-      transfer_timed([&] { state_->after_update(state_->update_targets(0).f32 != nullptr); });
+      state_->after_update(state_->update_targets(0).f32 != nullptr);
     }
     st.optimizer_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_opt).count();
     if (opt_->nvme()) st.nvme_wait_seconds = opt_->nvme()->wait_seconds() - nvme_wait0;
@@ -396,7 +385,7 @@ StepStats Engine::train_step(DataSource& data) {
   // (stages 0-1 otherwise overwrite the buffer in the next backward; its padding is never written).
   if (stage_ >= 2 || st.skipped) gbuf.zero_();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  st.transfer_wait_seconds = transfer_s_ - transfer0;
+  st.transfer_wait_seconds = state_->transfer_seconds() - transfer0;
   st.tokens = cfg_.batch * data.tokens_per_sample();
   st.memory = memory_now();
   return st;
@@ -445,22 +434,12 @@ int64_t MemoryNow::nvme_total() const {
   return t;
 }
 
-namespace {
-// The category of a ShardedState buffer, by its name (BufferInfo carries none), as src/zero allocates it.
-MemCategory buffer_category(const std::string& name) {
-  if (name == "compute" || name == "compute16" || name == "param_shard") return MemCategory::Params;
-  if (name == "grads" || name == "host_grad") return MemCategory::Grads;
-  if (name == "master" || name == "moments") return MemCategory::Optimizer;
-  return MemCategory::Buffers;  // offload_stage: the update's staging buffer
-}
-}  // namespace
-
 MemoryNow Engine::memory_now() const {
   MemoryNow m;
   m.host = mem_stats(false).current;
   if (!dev_.is_cpu()) m.device = mem_stats(true).current;
   for (const zero::BufferInfo& b : state_->buffers()) {
-    if (b.placement == zero::Placement::Nvme) m.nvme[static_cast<size_t>(buffer_category(b.name))] += b.bytes;
+    if (b.placement == zero::Placement::Nvme) m.nvme[static_cast<size_t>(b.category)] += b.bytes;
     if (b.placement == zero::Placement::PinnedHost) m.pinned += b.bytes;
   }
   if (const zero::NvmeStates* n = opt_->nvme()) m.nvme_buffers += n->buffer_bytes();

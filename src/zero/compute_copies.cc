@@ -64,7 +64,7 @@ void ShardedState::refresh_compute_params() {
         continue;
       }
       kernels::cpu_backend().round_to(dt, master_.f32() + shard_off_[g], offload_stage_.f32(), own.size());
-      copy_f32(dst, offload_stage_.f32(), own.size());
+      copy_timed(dst, offload_stage_.f32(), own.size());
     }
     return;
   }

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 
 #include "kernels/backend.h"
 #include "zerorun/cuda_rt.h"
@@ -182,6 +183,12 @@ void ShardedState::pin_offload_buffers() {
   if (pdev_.is_cpu() && dev_.is_cuda() && o_.pin_param) pin(param_shard_, "the parameter shard");
 }
 
+void ShardedState::copy_timed(float* dst, const float* src, int64_t n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  copy_f32(dst, src, n);
+  transfer_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void ShardedState::copy_f32(float* dst, const float* src, int64_t n) const {
   if (n <= 0) return;
   if (dev_.is_cpu())
@@ -192,22 +199,22 @@ void ShardedState::copy_f32(float* dst, const float* src, int64_t n) const {
 
 std::vector<BufferInfo> ShardedState::buffers() const {
   std::vector<BufferInfo> out;
-  auto add = [&](const char* name, const Tensor& t) {
+  auto add = [&](const char* name, const Tensor& t, MemCategory c) {
     if (!t.defined()) return;
     const Placement p = t.device().is_cuda() ? Placement::Device : t.pinned() ? Placement::PinnedHost : Placement::Host;
-    out.push_back({name, p, static_cast<int64_t>(t.nbytes())});
+    out.push_back({name, p, static_cast<int64_t>(t.nbytes()), c});
   };
-  add("compute", compute_);
-  add("compute16", compute16_);
-  add("param_shard", param_shard_);
-  add("master", master_);
-  add("grads", grads());
-  add("host_grad", host_grad_);
-  add("offload_stage", offload_stage_);
-  if (param_nvme_) out.push_back({"param_shard", Placement::Nvme, param_nvme_bytes()});
+  add("compute", compute_, MemCategory::Params);
+  add("compute16", compute16_, MemCategory::Params);
+  add("param_shard", param_shard_, MemCategory::Params);
+  add("master", master_, MemCategory::Optimizer);
+  add("grads", grads(), MemCategory::Grads);
+  add("host_grad", host_grad_, MemCategory::Grads);
+  add("offload_stage", offload_stage_, MemCategory::Buffers);
+  if (param_nvme_) out.push_back({"param_shard", Placement::Nvme, param_nvme_bytes(), MemCategory::Params});
   if (moments_) {
     const int64_t bytes = moments_->nvme() ? moments_->nvme_bytes() : moments_->ram_bytes();
-    out.push_back({"moments", moments_->placement(), bytes});
+    out.push_back({"moments", moments_->placement(), bytes, MemCategory::Optimizer});
   }
   return out;
 }
@@ -318,12 +325,12 @@ const float* ShardedState::gather_source(int g, Tensor& staged) {
     }
     src = h.f32();
     staged = Tensor::empty({n}, DType::F32, MemCategory::Buffers, dev_);
-    copy_f32(staged.f32(), src, n);
+    copy_timed(staged.f32(), src, n);
     return staged.f32();
   }
   if (param_shard_.device() == dev_) return src;
   staged = Tensor::empty({n}, DType::F32, MemCategory::Buffers, dev_);  // offload_param: the host shard streamed in
-  copy_f32(staged.f32(), src, n);
+  copy_timed(staged.f32(), src, n);
   return staged.f32();
 }
 
@@ -334,7 +341,7 @@ UpdatePiece ShardedState::update_piece(int g) {
   UpdatePiece u;
   u.grads = o_.stage < 2 ? gbase + own.begin : gbase + shard_off_[gi];
   if (o_.offload_optimizer) {  // gradient shard to host, CPU optimizer on the host master
-    copy_f32(host_grad_.f32() + shard_off_[gi], u.grads, own.size());
+    copy_timed(host_grad_.f32() + shard_off_[gi], u.grads, own.size());
     u.grads = host_grad_.f32() + shard_off_[gi];
   }
   // Stage 0 (one rank, group by group): the full master and optimizer state, in the flat layout.
