@@ -40,6 +40,9 @@ Model open_model(const std::string& path);
 // Training FLOPs per token (or per sample for models without tokens): 6 x parameters, plus 6·L·C·T attention for
 // the gpt2 and llama architectures (src/model/flops.cc).
 double train_flops_per_token(const Model& m, int64_t T);
+// The model's hidden width (its architecture record's n_embd / hidden_size, else the smaller side of its widest
+// matrix): what DeepSpeed's "auto" bucket sizes are computed from.
+int64_t model_hidden(const Model& m);
 // Writes the weights in m.dtype (f32, bf16 or f16; rounded to nearest even); an opened model is copied tensor by
 // tensor. A value the dtype cannot hold (f16 past 65504) is an error naming the tensor.
 void save_model(const std::string& path, const Model& m);

@@ -55,6 +55,22 @@ int cmd_init(const std::string& arch, const std::string& out, uint64_t seed, con
   return 0;
 }
 
+// The config.json a decoder family's --arch with the size flags spells (init and estimate read it as import reads
+// one); `cmd` says which of the optional flags were given.
+json decoder_flags_config(const std::string& arch, const Gpt2Spec& gpt, const LlamaSpec& llama, int64_t head_dim,
+                          const CLI::App& cmd) {
+  json cfg = {{"model_type", arch},
+              {"vocab_size", gpt.vocab},
+              {"max_position_embeddings", gpt.n_ctx},
+              {"hidden_size", gpt.n_embd},
+              {"num_hidden_layers", gpt.n_layer},
+              {"num_attention_heads", gpt.n_head},
+              {"intermediate_size", llama.ffn}};
+  if (cmd.count("--n_kv_head")) cfg["num_key_value_heads"] = llama.n_kv_head;
+  if (cmd.count("--head_dim")) cfg["head_dim"] = head_dim;
+  return cfg;
+}
+
 // The model `zerorun estimate` sizes, without weights: a model.bin's header, a transformers config.json (or the
 // directory holding it), or --arch with the size flags as init takes them.
 Model estimate_model(const std::string& source, const std::string& arch, const Gpt2Spec& gpt, LlamaSpec llama,
@@ -86,31 +102,10 @@ Model estimate_model(const std::string& source, const std::string& arch, const G
   llama.n_head = gpt.n_head, llama.tied = tied;
   if (arch == "llama") return build_llama(llama, 0, true);
   ZR_CHECK(hf_decoder_type(arch), "--arch must be gpt2, llama or a decoder model_type, got '", arch, "'");
-  json cfg = {{"model_type", arch},
-              {"vocab_size", gpt.vocab},
-              {"max_position_embeddings", gpt.n_ctx},
-              {"hidden_size", gpt.n_embd},
-              {"num_hidden_layers", gpt.n_layer},
-              {"num_attention_heads", gpt.n_head},
-              {"intermediate_size", llama.ffn}};
-  if (cmd.count("--n_kv_head")) cfg["num_key_value_heads"] = llama.n_kv_head;
-  if (cmd.count("--head_dim")) cfg["head_dim"] = llama.head_dim;
+  json cfg = decoder_flags_config(arch, gpt, llama, llama.head_dim, cmd);
   if (cmd.count("--tied")) cfg["tie_word_embeddings"] = true;
   std::vector<std::string> notes;
   return build_llama(hf_decoder_spec(cfg, "--arch " + arch, &notes, true), 0, true);
-}
-
-// The model width the trainer resolves bucket "auto" values from (src/engine/trainer.cc's model_hidden).
-int64_t estimate_hidden(const Model& m) {
-  const json& ac = m.graph.meta.value("arch_config", json::object());
-  for (auto* k : {"n_embd", "hidden_size", "hidden"})
-    if (ac.contains(k) && ac[k].is_number_integer() && ac[k].get<int64_t>() > 0 &&
-        ac[k].get<int64_t>() <= (int64_t{1} << 24))
-      return ac[k].get<int64_t>();
-  int64_t h = 0;
-  for (auto& [n, s] : m.shapes)
-    if (s.size() == 2) h = std::max(h, std::min(s[0], s[1]));
-  return h;
 }
 
 // `zerorun estimate --config ds.json`: the run's own keys (precision, micro batch, train.seq_len, bucket sizes, bf16
@@ -124,7 +119,7 @@ void apply_estimate_config(const std::string& path, const Model& m, const CLI::A
   }
   ResolveContext rc;
   rc.world_size = est.gpus_per_node * est.nodes;
-  rc.hidden = estimate_hidden(m);
+  rc.hidden = model_hidden(m);
   rc.on_gpu = est.gpu;
   try {
     resolve_config(c, rc);
@@ -398,16 +393,8 @@ int main(int argc, char** argv) {
     }
     if (*init_cmd && arch != "llama" && hf_decoder_type(arch)) {
       // The family's features with the flags' sizes: the config.json the flags spell, read as import reads one.
-      json cfg = {{"model_type", arch},
-                  {"vocab_size", gpt.vocab},
-                  {"max_position_embeddings", gpt.n_ctx},
-                  {"hidden_size", gpt.n_embd},
-                  {"num_hidden_layers", gpt.n_layer},
-                  {"num_attention_heads", gpt.n_head},
-                  {"intermediate_size", llama.ffn}};
-      if (init_cmd->count("--n_kv_head")) cfg["num_key_value_heads"] = llama.n_kv_head;
+      json cfg = decoder_flags_config(arch, gpt, llama, init_head_dim, *init_cmd);
       if (init_cmd->count("--rope_theta")) cfg["rope_theta"] = llama.rope_theta;
-      if (init_cmd->count("--head_dim")) cfg["head_dim"] = init_head_dim;
       if (init_cmd->count("--window")) cfg["sliding_window"] = init_window;
       if (arch == "qwen2" || arch == "qwen3") cfg["use_sliding_window"] = init_cmd->count("--window") > 0;
       if (tied || untied) cfg["tie_word_embeddings"] = tied;

@@ -26,20 +26,6 @@
 
 namespace zerorun {
 
-namespace {
-int64_t model_hidden(const Model& m) {
-  const json& ac = m.graph.meta.value("arch_config", json::object());
-  for (auto* k : {"n_embd", "hidden_size", "hidden"})
-    if (ac.contains(k) && ac[k].is_number_integer() && ac[k].get<int64_t>() > 0 &&
-        ac[k].get<int64_t>() <= (int64_t{1} << 24))
-      return ac[k].get<int64_t>();
-  int64_t h = 0;
-  for (auto& [n, s] : m.shapes)
-    if (s.size() == 2) h = std::max(h, std::min(s[0], s[1]));
-  return h;
-}
-}  // namespace
-
 int local_rank() {
   if (const int l = mpi_local_rank(); l >= 0) return l;  // MPI_Comm_split_type(SHARED): every MPI, every platform
   for (const char* v : {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"})
