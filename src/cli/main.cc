@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
   est_cmd->add_option("--head_dim", est_llama.head_dim, "--arch: head size");
   est_cmd->add_flag("--tied", est_tied, "--arch llama and decoders: lm_head tied to the embedding");
   est_cmd->add_flag("--bf16_master_weights_and_grads", est.bf16_master,
-                    "bf16.bf16_master_weights_and_grads: no fp32 master (bf16 on CPU ranks)");
+                    "bf16.bf16_master_weights_and_grads: no fp32 master (CPU ranks; GPU runs with offload_optimizer)");
   est_cmd->add_flag("--bf16_optimizer_states", est.bf16_states, "bf16.bf16_optimizer_states: 2-byte Adam moments");
   est_cmd->add_option("--config", est_config,
                       "a DeepSpeed config: its precision, micro batch, bucket sizes, bf16 keys and NVMe offload keys "

@@ -41,8 +41,9 @@ Engine::Engine(const Model& model, const Config& cfg, Communicator& comm, int64_
   // bf16.bf16_master_weights_and_grads: the bf16 compute weights are the master (no fp32 copy), updated in place by
   // the CPU optimizer, which rounds the gradient and the new weights to bf16.
   bf16_master_ = mixed_ && cfg_.bf16_master_weights_and_grads;
-  ZR_CHECK(!bf16_master_ || dev_.is_cpu(), "bf16.bf16_master_weights_and_grads / bf16_optimizer_states are ",
-           "implemented on CPU ranks only so far (issue 34); this run trains on a GPU");
+  ZR_CHECK(!bf16_master_ || dev_.is_cpu() || offload_, "bf16.bf16_master_weights_and_grads / bf16_optimizer_states ",
+           "on a GPU run need zero_optimization.offload_optimizer (the CPU optimizer keeps the bf16 master and ",
+           "moments); without it they are not implemented on GPUs yet");
   seq_len_ = cfg_.train.seq_len;
   if (model_.symbols.count("T")) {
     int64_t maxT = model_.symbols.at("T");
@@ -411,7 +412,7 @@ std::string Engine::optimizer_report() const {
   const bool host = dev_.is_cpu() || offload_;
   os << std::fixed << "optimizer states in " << (host ? "host RAM" : "device memory") << ": master=";
   if (state_->master().defined())
-    os << state_->master_bytes() / 1048576.0 << "MiB (fp32)";
+    os << state_->master_bytes() / 1048576.0 << (bf16_master_ ? "MiB (bf16 values in f32)" : "MiB (fp32)");
   else
     os << (bf16_master_ ? "the bf16 compute weights" : "the fp32 compute weights");
   if (opt_->nvme())

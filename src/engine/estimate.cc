@@ -114,8 +114,7 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
            "--precision must be fp32, bf16 or fp16, got '", r.precision, "'");
   ZR_CHECK(r.micro_batch >= 1, "--micro_batch_size must be >= 1");
   ZR_CHECK(!r.bf16_states || r.bf16_master, "--bf16_optimizer_states needs --bf16_master_weights_and_grads");
-  ZR_CHECK(!r.bf16_master || (r.precision == "bf16" && !r.gpu), "--bf16_master_weights_and_grads: bf16 training on ",
-           "CPU ranks only so far (--precision bf16 --device cpu)");
+  ZR_CHECK(!r.bf16_master || r.precision == "bf16", "--bf16_master_weights_and_grads needs --precision bf16");
   MemoryEstimate e;
   e.world = r.gpus_per_node * r.nodes;
   e.params = static_cast<double>(m.num_params());
@@ -141,7 +140,8 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
   for (int stage = 0; stage <= 3; ++stage)
     for (bool off : {false, true}) {
       if (off && (!r.gpu || stage == 0)) continue;
-      if (r.bf16_master && stage == 0) continue;  // DeepSpeed: stages 1-3 only
+      if (r.bf16_master && stage == 0) continue;     // DeepSpeed: stages 1-3 only
+      if (r.bf16_master && r.gpu && !off) continue;  // GPU runs: with offload_optimizer only (the CPU optimizer)
       StageEstimate s;
       s.stage = stage;
       s.offload = off;

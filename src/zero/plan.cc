@@ -74,7 +74,8 @@ Plan plan(const std::vector<ParamInput>& in, int world, int64_t align) {
 
 StateEstimate estimate_model_states(double P, int stage, int world, bool mixed, bool gpu, bool offload_optimizer,
                                     bool offload_param, double f32_read, bool bf16_master, bool bf16_states) {
-  ZR_CHECK(!bf16_master || (mixed && !gpu), "bf16 master weights are estimated for bf16 runs on CPU ranks only");
+  ZR_CHECK(!bf16_master || (mixed && (!gpu || (offload_optimizer && stage >= 1))),
+           "bf16 master weights: bf16 runs on CPU ranks, or on GPUs with offload_optimizer");
   ZR_CHECK(!bf16_states || bf16_master, "bf16 optimizer states need bf16 master weights");
   ZR_CHECK(stage >= 0 && stage <= 3, "ZeRO stage must be 0..3, got ", stage);
   ZR_CHECK(world >= 1, "world size must be >= 1, got ", world);

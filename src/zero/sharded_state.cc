@@ -109,6 +109,8 @@ ShardedState::ShardedState(const std::vector<ParamUse>& uses, int num_blocks,
         if (stage == 3) put_piece(static_cast<int>(g), false);
       }
     }
+    // bf16 master weights with offload (GPU runs): the host master holds the bf16 weights the compute copies get.
+    if (o_.bf16_master) kernels::cpu_backend().round_to(DType::BF16, master_.f32(), master_.f32(), master_.numel());
   }
   if (mixed) {
     const DType dt = o_.compute_dtype;

@@ -148,6 +148,40 @@ TEST_CASE("pin_memory page-locks the offloaded buffers copied every step, and sa
   }
 }
 
+TEST_CASE("bf16 master weights and optimizer states on a GPU run with offload_optimizer", "[cuda]") {
+  // DeepSpeed's bf16.bf16_master_weights_and_grads / bf16_optimizer_states with the CPU optimizer: the host master
+  // holds bf16 values (the weights stay bf16-representable after every update), the moments take 2 bytes each, and
+  // the losses stay within bf16 noise of the fp32-master run; the first loss (before any update) is the same.
+  Model g = tiny_gpt();
+  const std::string base = R"("optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "weight_decay": 0.1}},
+      "gradient_clipping": 1.0, "train_batch_size": 8, "train_micro_batch_size_per_gpu": 4)";
+  for (const char* z :
+       {R"({"stage": 2, "offload_optimizer": {"device": "cpu"}})",
+        R"({"stage": 3, "offload_optimizer": {"device": "cpu"}, "offload_param": {"device": "cpu"}})"}) {
+    INFO("zero_optimization " << z);
+    auto f32 =
+        train_losses(g, gpu_cfg("{" + base + R"(, "bf16": {"enabled": true}, "zero_optimization": )" + z + "}"), 8);
+    std::map<std::string, Tensor> w;
+    auto b16 = train_losses(g,
+                            gpu_cfg("{" + base +
+                                    R"(, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true,
+                                    "bf16_optimizer_states": true}, "zero_optimization": )" +
+                                    z + "}"),
+                            8, &w);
+    REQUIRE(b16.front() == f32.front());
+    REQUIRE(b16.back() < b16.front());
+    for (size_t i = 0; i < b16.size(); ++i) REQUIRE(b16[i] == Approx(f32[i]).epsilon(2e-2));
+    for (auto& [k, t] : w)
+      for (int64_t i = 0; i < t.numel(); ++i) REQUIRE(round_to(DType::BF16, t.f32()[i]) == t.f32()[i]);
+  }
+  // Without offload the GPU has no bf16-master update yet: a clear error.
+  auto comm = make_self_comm();
+  REQUIRE_THROWS_WITH(
+      Engine(g, gpu_cfg("{" + base + R"(, "bf16": {"enabled": true, "bf16_master_weights_and_grads": true}})"), *comm,
+             8),
+      Catch::Contains("need zero_optimization.offload_optimizer"));
+}
+
 TEST_CASE("bf16 on one GPU: the kept 16-bit weights follow every update path and a resumed run", "[cuda]") {
   // Stages 0-2 keep the products' bf16 weights and AdamW writes them with its update; stage 3 rounds in every
   // forward; offload and SGD round after the update. All must train the same model.
