@@ -51,12 +51,10 @@ struct StepStats {
   double optimizer_seconds = 0;
   // Waiting on NVMe reads and writes: the moments (in the update), the parameters (all step).
   double nvme_wait_seconds = 0;
-  // GPU runs with offload: of optimizer_seconds, the wall time in the ShardedState calls that copy the offloaded
-  // state between host and device (synchronous copies): each group's gradient piece to the host before its CPU
-  // update, and the refresh of the device weights from the host master after the update (with the all-gather of
-  // the new weights that follows it on several ranks at stages 1-2, and of the persistent groups at stage 3). Not in
-  // it: offload_param's copies of the parameter shard to the device inside each block's gather (their synchronous
-  // copies also wait for the compute queued before them).
+  // GPU runs with offload: of `seconds`, the wall time of the offloaded state's synchronous host<->device copies
+  // (ShardedState::transfer_seconds): each group's gradient piece to the host before its CPU update, the refreshed
+  // weights back to the device after it, and with offload_param the shard's pieces to the device for the stage-3
+  // gathers (a synchronous copy also waits for the compute queued before it). The all-gathers are not in it.
   double transfer_wait_seconds = 0;
   int64_t tokens = 0;  // tokens (or samples) processed by all ranks
   MemoryNow memory;    // at the step's end
