@@ -238,6 +238,9 @@ class ShardedState {
   bool piece_on_nvme(int g) const { return param_nvme_ && g >= first_nvme_group_; }
   float* shard_piece(int g);
   void put_piece(int g, bool dirty);
+  // n elements at `at` of group g's shard piece from (write: to) buf: straight from the file where it is on NVMe and
+  // no window holds it, else through shard_piece.
+  void piece_io(int g, int64_t at, int64_t n, float* buf, bool write);
   // Stage 3: group g's shard piece where an all-gather can read it (the device): in place, or into `staged`.
   const float* gather_source(int g, Tensor& staged);
 

@@ -169,7 +169,7 @@ void ShardedState::load_weights(const WeightReader& read, const std::string& nam
 void ShardedState::pin_offload_buffers() {
   auto pin = [&](const Tensor& t, const char* what) {
     std::string why;
-    if (!t.defined() || t.pinned()) return;
+    if (!t.defined() || t.pinned() || t.nbytes() == 0) return;  // (offload_param nvme: all of the shard on disk)
     if (t.pin_memory(&why))
       pinned_bytes_ += static_cast<int64_t>(t.nbytes());
     else
@@ -402,11 +402,24 @@ Range ShardedState::load_range(int p) const {
                                                      : Range{0, plan_.params[static_cast<size_t>(p)].numel};
 }
 
+void ShardedState::piece_io(int g, int64_t at, int64_t n, float* buf, bool write) {
+  const size_t gi = static_cast<size_t>(g);
+  if (piece_on_nvme(g) && !rt_[gi].window.defined()) {  // straight from / to the file: just these elements
+    const int64_t off = shard_off_[gi] - nvme_base_ + at;
+    return write ? param_nvme_->write(0, off, n, buf) : param_nvme_->read(0, off, n, buf);
+  }
+  float* piece = shard_piece(g) + at;
+  write ? copy_f32(piece, buf, n) : copy_f32(buf, piece, n);
+  put_piece(g, write);
+}
+
 void ShardedState::read_master(int p, Range r, float* dst) {
   const ParamSlot& s = plan_.params[static_cast<size_t>(p)];
   const int64_t pos = s.offset + r.begin;
   if (o_.stage == 0) return copy_f32(dst, full_master() + pos, r.size());
-  copy_f32(dst, owned_master(s.group) + (pos - plan_.owned(s.group, comm_.rank()).begin), r.size());
+  const int64_t at = pos - plan_.owned(s.group, comm_.rank()).begin;
+  if (!master_.defined() && o_.stage == 3) return piece_io(s.group, at, r.size(), dst, false);
+  copy_f32(dst, owned_master(s.group) + at, r.size());
   done_master(s.group, false);
 }
 
@@ -424,11 +437,10 @@ void ShardedState::load_master(int p, Range need, std::vector<float> v) {
   if (!compact_) {  // compact: sync_compute16 (after_load) writes the compute copies from the master
     std::vector<float> c(v.size());
     for (size_t i = 0; i < v.size(); ++i) c[i] = mixed() ? round_to(o_.compute_dtype, v[i]) : v[i];
-    float* dst = o_.stage < 3
-                     ? compute_.f32() + s.offset + need.begin
-                     : shard_piece(s.group) + (s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin);
-    copy_f32(dst, c.data(), need.size());
-    if (o_.stage == 3) put_piece(s.group, true);
+    if (o_.stage < 3)
+      copy_f32(compute_.f32() + s.offset + need.begin, c.data(), need.size());
+    else
+      piece_io(s.group, s.offset + need.begin - plan_.owned(s.group, comm_.rank()).begin, need.size(), c.data(), true);
   }
   // After the compute copy: in fp32 the master may alias it. `own` lies inside `need`.
   // bf16 master weights: the master is the compute copy, bf16 values (an fp32-master checkpoint rounded).
@@ -439,7 +451,10 @@ void ShardedState::load_master(int p, Range need, std::vector<float> v) {
   const int64_t pos = s.offset + own.begin;
   const float* src = v.data() + (own.begin - need.begin);
   if (o_.stage == 0) return copy_f32(full_master() + pos, src, own.size());
-  copy_f32(owned_master(s.group) + (pos - plan_.owned(s.group, comm_.rank()).begin), src, own.size());
+  const int64_t at = pos - plan_.owned(s.group, comm_.rank()).begin;
+  if (!master_.defined() && o_.stage == 3)
+    return piece_io(s.group, at, own.size(), v.data() + (own.begin - need.begin), true);
+  copy_f32(owned_master(s.group) + at, src, own.size());
   done_master(s.group, true);
 }
 
