@@ -1,6 +1,7 @@
 // zero::NvmeStates (src/zero/nvme.cc) alone: the chunk cache streamed over unaligned ranges with two buffer slots
 // (every prefetch evicts), partial chunks, bf16-sized elements and one request at a time give what an array in
-// memory gives; the file is removed; errors name nvme_path.
+// memory gives, also under random reads, writes, prefetches and updates; the file is removed; errors name nvme_path.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -85,4 +86,61 @@ TEST_CASE("NVMe states: errors name nvme_path", "[nvme][posix]") {
   CHECK_THROWS_WITH(zero::NvmeStates("/nonexistent/zr_nvme", 0, "s.bin", 100, 2, 4, 1000, 2, aio),
                     Catch::Contains("nvme_path '/nonexistent/zr_nvme'"));
   CHECK_THROWS_WITH(zero::NvmeStates("", 0, "s.bin", 100, 2, 4, 1000, 2, aio), Catch::Contains("nvme_path"));
+}
+
+TEST_CASE("NVMe states: random reads, writes, prefetches and streamed updates equal an array in memory",
+          "[nvme][posix]") {
+  // Random file shapes (one-chunk files get one slot; chunks that split every range), 0-5 buffer slots, overlap on
+  // and off, queue depths and block sizes, single_submit: every read sees what the writes and updates left.
+  const fs::path dir = scratch_dir();
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int64_t n = 1 + rng() % 20000, chunk = 1 + rng() % 6000;
+    const int arrays = 1 + static_cast<int>(rng() % 2), slots = static_cast<int>(rng() % 6);
+    zero::AioConfig aio;
+    aio.overlap_events = rng() % 2;
+    aio.queue_depth = 1 + static_cast<int>(rng() % 8);
+    aio.block_size = 4096 * (1 + static_cast<int64_t>(rng() % 3));
+    aio.single_submit = rng() % 2;
+    CAPTURE(trial, n, chunk, arrays, slots, aio.overlap_events, aio.queue_depth);
+    zero::NvmeStates st(dir.string(), 0, "r.bin", n, arrays, 4, chunk, slots, aio);
+    std::vector<std::vector<float>> mem(static_cast<size_t>(arrays), std::vector<float>(static_cast<size_t>(n), 0.f));
+    for (int op = 0; op < 80; ++op) {
+      const int64_t off = static_cast<int64_t>(rng() % static_cast<uint64_t>(n));
+      const int64_t len = 1 + static_cast<int64_t>(rng() % static_cast<uint64_t>(n - off));
+      const int a = static_cast<int>(rng() % static_cast<uint64_t>(arrays));
+      std::vector<float> buf(static_cast<size_t>(len));
+      switch (rng() % 4) {
+        case 0:
+          for (float& x : buf) x = static_cast<float>(rng() % 100000);
+          st.write(a, off, len, buf.data());
+          std::copy(buf.begin(), buf.end(), mem[static_cast<size_t>(a)].begin() + off);
+          break;
+        case 1:
+          st.read(a, off, len, buf.data());
+          REQUIRE(std::equal(buf.begin(), buf.end(), mem[static_cast<size_t>(a)].begin() + off));
+          break;
+        case 2:
+          st.prefetch_range(off, len);
+          break;
+        default: {
+          const float v = static_cast<float>(rng() % 1000);
+          bool same = true;
+          st.for_each(off, len, [&](const std::vector<char*>& p, int64_t b, int64_t c) {
+            for (size_t k = 0; k < static_cast<size_t>(arrays); ++k) {
+              float* f = reinterpret_cast<float*>(p[k]);
+              for (int64_t i = 0; i < c; ++i) {
+                same = same && f[i] == mem[k][static_cast<size_t>(b + i)];
+                f[i] += v;
+                mem[k][static_cast<size_t>(b + i)] += v;
+              }
+            }
+          });
+          REQUIRE(same);
+        }
+      }
+    }
+  }
+  CHECK(fs::is_empty(dir));
+  fs::remove_all(dir);
 }
