@@ -122,6 +122,15 @@ void adam_step_reference(float* p, const float* g, float* m, float* v, int64_t n
 void adam_step_bf16_master(float* p, const float* g, void* m, void* v, bool bf16_states, int64_t n, float lr,
                            float beta1, float beta2, float eps, float wd, bool adamw, bool bias_correction,
                            int64_t step);
+// adam_step_bf16_master one element at a time, without threads or vectors: what the tests and the benchmark compare
+// with. fp32 moments: adam_elem's formula (adam_step's bits before the rounding); bf16 moments: the CPU-only formula
+// of optim.cc (sqrt(v) times 1 / sqrt(bias correction 2), DeepSpeed cpu_adam's form; within an ulp of adam_elem's).
+void adam_step_bf16_master_reference(float* p, const float* g, void* m, void* v, bool bf16_states, int64_t n, float lr,
+                                     float beta1, float beta2, float eps, float wd, bool adamw, bool bias_correction,
+                                     int64_t step);
+// Tests: false makes adam_step_bf16_master's bf16-moment update take the compiler-vectorised loops where the AVX-512
+// one would run (the same bits either way); true (the default) lets the host's best loop run.
+void adam_bf16_states_allow_avx512(bool allow);
 // SGD with torch.optim.SGD semantics; `buf` is the momentum buffer.
 void sgd_step(float* p, const float* g, float* buf, int64_t n, float lr, float momentum, float dampening, float wd,
               bool nesterov, bool first_step);
