@@ -133,7 +133,7 @@ ZR_INLINE void adam_loop(float* __restrict p, const float* __restrict g, S* __re
   }
 }
 
-#if ZR_AVX512_LOOP
+#if ZR_AVX512_LOOP && defined(__GNUC__)
 // The bf16-state loop in AVX-512F, 16 elements a vector: bf16s_elem's operations lane by lane (no contraction in
 // intrinsics), the rounding to bf16 as to_bf16 does it (nearest even on the bits, NaN kept quiet), and the last
 // n % 16 elements by bf16s_elem itself.
@@ -204,7 +204,7 @@ ZR_INLINE void adam_blocks(float* p, const float* g, S* m, S* v, int64_t n, cons
       constexpr int64_t kLine = 64 / sizeof(S);  // elements a cache line of the moments
       for (int64_t i = pf; i < end; i += kLine) ZR_PREFETCH(m + i, 1), ZR_PREFETCH(v + i, 1);
     }
-#if ZR_AVX512_LOOP
+#if ZR_AVX512_LOOP && defined(__GNUC__)
     if constexpr (kAvx) {
       bf16s_loop_avx512<kL2, kDecay>(p + b, g + b, m + b, v + b, std::min(kBlock, n - b), c);
       continue;
@@ -237,7 +237,7 @@ ZR_VEC_CLONES void adam_bf16pg(float* p, const float* g, float* m, float* v, int
 ZR_VEC_CLONES void adam_bf16all(float* p, const float* g, uint16_t* m, uint16_t* v, int64_t n, int mode, Bf16Coeffs c) {
   adam_modes<false>(p, g, m, v, n, mode, c);
 }
-#if ZR_AVX512_LOOP
+#if ZR_AVX512_LOOP && defined(__GNUC__)
 void adam_bf16all_avx512(float* p, const float* g, uint16_t* m, uint16_t* v, int64_t n, int mode, Bf16Coeffs c) {
   adam_modes<false, true>(p, g, m, v, n, mode, c);
 }
@@ -275,7 +275,7 @@ void adam_step_bf16_master(float* p, const float* g, void* m, void* v, bool bf16
     auto* v16 = static_cast<uint16_t*>(v);
     const Bf16Coeffs c16 = bf16_coeffs(c);
     const int mode = adam_mode(c);
-#if ZR_AVX512_LOOP
+#if ZR_AVX512_LOOP && defined(__GNUC__)
     if (use_avx512()) {
       per_thread(n, [&](int64_t b, int64_t k) { adam_bf16all_avx512(p + b, g + b, m16 + b, v16 + b, k, mode, c16); });
       return;
@@ -326,7 +326,7 @@ void adam_step_bf16_master_reference(float* p, const float* g, void* m, void* v,
 }
 
 void adam_bf16_states_allow_avx512(bool allow) {
-#if ZR_AVX512_LOOP
+#if ZR_AVX512_LOOP && defined(__GNUC__)
   avx512_allowed = allow;
 #else
   static_cast<void>(allow);
