@@ -234,9 +234,10 @@ class ShardedState {
   float* owned_master(int g);
   void done_master(int g, bool dirty);
   // Stage 3: group g's piece of the parameter shard in memory: in param_shard_, or (on NVMe) a window read from the
-  // file, written back by put_piece when dirty and freed when its last user puts it.
+  // file (read false: zeros, for a piece about to be written whole), written back by put_piece when dirty and freed
+  // when its last user puts it.
   bool piece_on_nvme(int g) const { return param_nvme_ && g >= first_nvme_group_; }
-  float* shard_piece(int g);
+  float* shard_piece(int g, bool read = true);
   void put_piece(int g, bool dirty);
   // n elements at `at` of group g's shard piece from (write: to) buf: straight from the file where it is on NVMe and
   // no window holds it, else through shard_piece.

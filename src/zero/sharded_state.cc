@@ -56,6 +56,9 @@ ShardedState::ShardedState(const std::vector<ParamUse>& uses, int num_blocks,
   // Compute parameters (full for stages 0-2, this rank's shard for stage 3), read range by range: each rank reads
   // only what it keeps, into place (host memory) or through a bounded staging buffer (device), so no rank holds
   // more of the model than its share.
+  // fp32 master: in fp32 the compute weights are the master; with 16-bit compute it is optimizer state, sharded
+  // from stage 1 on.
+  const bool keep_master = (mixed && !o_.bf16_master) || o_.offload_optimizer;
   if (stage < 3) {
     compute_ = Tensor::zeros({plan_.padded}, DType::F32, MemCategory::Params, dev_);
     for (auto& s : plan_.params) load_weights(read, s.name, 0, s.numel, compute_, s.offset);
@@ -77,26 +80,30 @@ ShardedState::ShardedState(const std::vector<ParamUse>& uses, int num_blocks,
       }
     }
     param_shard_ = Tensor::zeros({in_ram}, DType::F32, MemCategory::Params, pdev_);
+    if (keep_master)
+      master_ = Tensor::zeros({plan_.shard_numel()}, DType::F32, MemCategory::Optimizer,
+                              o_.offload_optimizer ? Device::cpu() : dev_);
+    // Group by group, each piece handled once (an NVMe piece read from the model, never from its fresh file, and
+    // written once): its weights read in, copied to the master, rounded to the compute dtype.
     for (size_t g = 0; g < plan_.groups.size(); ++g) {
       const int gi = static_cast<int>(g);
       const bool nvme = piece_on_nvme(gi);
-      if (nvme) shard_piece(gi);  // the window the weights are read into
+      float* w = shard_piece(gi, false);
       for (int p : plan_.groups[g].params) {
         const ParamSlot& s = plan_.params[static_cast<size_t>(p)];
         Range own = plan_.param_owned(p, r);
         if (own.empty()) continue;
         int64_t piece = s.offset + own.begin - plan_.owned(gi, r).begin;
-        if (nvme)
-          load_weights(read, s.name, own.begin, own.size(), rt_[g].window, piece);
-        else
-          load_weights(read, s.name, own.begin, own.size(), param_shard_, shard_off_[g] + piece);
+        load_weights(read, s.name, own.begin, own.size(), nvme ? rt_[g].window : param_shard_,
+                     (nvme ? 0 : shard_off_[g]) + piece);
       }
-      if (nvme) put_piece(gi, true);
+      const int64_t n = plan_.owned(gi, r).size();
+      if (keep_master) copy_f32(master_.f32() + shard_off_[g], w, n);
+      if (mixed) kernels::backend(nvme ? Device::cpu() : pdev_).round_to(o_.compute_dtype, w, w, n);
+      put_piece(gi, true);
     }
   }
-  // fp32 master: in fp32 the compute weights are the master; with 16-bit compute it is optimizer state, sharded
-  // from stage 1 on.
-  if ((mixed && !o_.bf16_master) || o_.offload_optimizer) {
+  if (keep_master && stage < 3) {
     if (stage == 0) {
       master_ = compute_.clone(MemCategory::Optimizer);
     } else {
@@ -104,29 +111,23 @@ ShardedState::ShardedState(const std::vector<ParamUse>& uses, int num_blocks,
                               o_.offload_optimizer ? Device::cpu() : dev_);
       for (size_t g = 0; g < plan_.groups.size(); ++g) {
         Range own = plan_.owned(static_cast<int>(g), r);
-        const float* src = stage < 3 ? compute_.f32() + own.begin : shard_piece(static_cast<int>(g));
-        copy_f32(master_.f32() + shard_off_[g], src, own.size());
-        if (stage == 3) put_piece(static_cast<int>(g), false);
+        copy_f32(master_.f32() + shard_off_[g], compute_.f32() + own.begin, own.size());
       }
     }
-    // bf16 master weights with offload (GPU runs): the host master holds the bf16 weights the compute copies get.
-    if (o_.bf16_master) kernels::cpu_backend().round_to(DType::BF16, master_.f32(), master_.f32(), master_.numel());
   }
-  if (mixed) {
+  // bf16 master weights with offload (GPU runs): the host master holds the bf16 weights the compute copies get.
+  if (o_.bf16_master && master_.defined())
+    kernels::cpu_backend().round_to(DType::BF16, master_.f32(), master_.f32(), master_.numel());
+  if (mixed && stage < 3) {
     const DType dt = o_.compute_dtype;
-    Tensor& c = stage < 3 ? compute_ : param_shard_;
+    Tensor& c = compute_;
     kernels::Backend& be = kernels::backend(dev_);
-    if (stage < 3 && dev_.is_cuda() && be.activations16()) {
+    if (dev_.is_cuda() && be.activations16()) {
       // The products' 16-bit weights, kept once instead of rounded by every forward; one pass rounds both copies.
       compute16_ = Tensor::uninit({plan_.padded}, dt, MemCategory::Params, dev_);
       be.round_to16(dt, c.f32(), static_cast<uint16_t*>(compute16_.raw()), c.f32(), c.numel());
     } else {
       kernels::backend(c.device()).round_to(dt, c.f32(), c.f32(), c.numel());
-      for (int g = first_nvme_group_; param_nvme_ && g < static_cast<int>(plan_.groups.size()); ++g) {
-        float* w = shard_piece(g);
-        kernels::cpu_backend().round_to(dt, w, w, plan_.groups[static_cast<size_t>(g)].shard);
-        put_piece(g, true);
-      }
     }
   }
   if (o_.offload_optimizer)
@@ -287,14 +288,14 @@ void ShardedState::done_master(int g, bool dirty) {
   if (!master_.defined() && o_.stage == 3) put_piece(g, dirty);
 }
 
-float* ShardedState::shard_piece(int g) {
+float* ShardedState::shard_piece(int g, bool read) {
   const size_t gi = static_cast<size_t>(g);
   if (!piece_on_nvme(g)) return param_shard_.f32() + shard_off_[gi];
   GroupRt& s = rt_[gi];
   if (s.window_users++ == 0 && !s.window.defined()) {
     const int64_t n = plan_.groups[gi].shard;
-    s.window = Tensor::empty({n}, DType::F32, MemCategory::Buffers, Device::cpu());
-    param_nvme_->read(0, shard_off_[gi] - nvme_base_, n, s.window.f32());
+    s.window = Tensor::zeros({n}, DType::F32, MemCategory::Buffers, Device::cpu());
+    if (read) param_nvme_->read(0, shard_off_[gi] - nvme_base_, n, s.window.f32());
   }
   return s.window.f32();
 }
@@ -434,7 +435,9 @@ void ShardedState::load_master(int p, Range need, std::vector<float> v) {
   const ParamSlot& s = plan_.params[static_cast<size_t>(p)];
   ZR_CHECK(static_cast<int64_t>(v.size()) == need.size(), "load_master: ", v.size(), " values for ", need.size(),
            " elements of '", s.name, "'");
-  if (!compact_) {  // compact: sync_compute16 (after_load) writes the compute copies from the master
+  // compact: sync_compute16 (after_load) writes the compute copies from the master. Stage 3 without a separate
+  // master: the master's write below is this copy's (need = own there), the values it would hold included.
+  if (!compact_ && (o_.stage < 3 || master_.defined())) {
     std::vector<float> c(v.size());
     for (size_t i = 0; i < v.size(); ++i) c[i] = mixed() ? round_to(o_.compute_dtype, v[i]) : v[i];
     if (o_.stage < 3)
