@@ -47,7 +47,6 @@ struct StageEstimate {
   double nvme_moments = 0, nvme_params = 0;  // per rank: state bytes on NVMe (the memory line's "... on NVMe=")
   double nvme_files = 0;                     // per rank: the files' sizes (rounded up to whole chunks): disk space
   double nvme_buffers = 0;                   // per rank: the chunk slots in RAM (the memory line's "buffers in RAM=")
-  double nvme_resident = 0;                  // per rank: those a chunk lands in (what host_rank counts)
 };
 
 struct MemoryEstimate {
@@ -61,14 +60,12 @@ struct MemoryEstimate {
 };
 
 // NvmeStates' arithmetic (src/zero/nvme.cc): a file of `arrays` arrays of n elements of `elem_bytes`, read and
-// written in chunks of chunk_elems (rounded up to 4096-byte alignment, at most n) through max(2, buffer_count) slots.
+// written in chunks of chunk_elems (rounded up to 4096-byte alignment, at most n) through max(2, buffer_count) slots,
+// no more than the file's chunks.
 struct NvmeFileEstimate {
   double chunk = 0;    // elements a chunk
   double file = 0;     // bytes of the file
-  double buffers = 0;  // bytes of the slots in RAM (as NvmeStates::buffer_bytes counts them)
-  // Bytes of the slots a chunk ever lands in: a file of fewer chunks than slots leaves the others untouched (their
-  // pages never become resident).
-  double resident = 0;
+  double buffers = 0;  // bytes of the slots in RAM (as NvmeStates::buffer_bytes counts them; every slot gets a chunk)
 };
 NvmeFileEstimate estimate_nvme_file(int64_t n, int arrays, int elem_bytes, int64_t chunk_elems, int buffer_count);
 

@@ -405,6 +405,17 @@ ModelStateBytes Engine::model_state_bytes() const {
   return b;
 }
 
+namespace {
+// Where an NVMe file is and how it is read, and its chunk slots in RAM (what the memory line says of each file).
+std::string nvme_file_report(const zero::NvmeStates& f) {
+  std::ostringstream os;
+  os.precision(3);
+  os << std::fixed << f.path() << (f.direct() ? ", O_DIRECT" : ", buffered: the filesystem refused O_DIRECT")
+     << "; buffers in RAM=" << f.buffer_bytes() / 1048576.0 << "MiB";
+  return os.str();
+}
+}  // namespace
+
 std::string Engine::optimizer_report() const {
   std::ostringstream os;
   os.precision(3);
@@ -417,15 +428,11 @@ std::string Engine::optimizer_report() const {
     os << (bf16_master_ ? "the bf16 compute weights" : "the fp32 compute weights");
   if (opt_->nvme())
     os << " moments on NVMe=" << opt_->nvme_bytes() / 1048576.0 << "MiB (" << (bf16_states ? "bf16" : "f32") << ", "
-       << opt_->nvme()->path()
-       << (opt_->nvme()->direct() ? ", O_DIRECT" : ", buffered: the filesystem refused O_DIRECT")
-       << "; buffers in RAM=" << opt_->nvme()->buffer_bytes() / 1048576.0 << "MiB)";
+       << nvme_file_report(*opt_->nvme()) << ")";
   else
     os << " moments=" << opt_->ram_bytes() / 1048576.0 << "MiB (" << (bf16_states ? "bf16" : "f32") << ")";
   if (const zero::NvmeStates* pn = state_->param_nvme())
-    os << "; parameters on NVMe=" << state_->param_nvme_bytes() / 1048576.0 << "MiB (" << pn->path()
-       << (pn->direct() ? ", O_DIRECT" : ", buffered: the filesystem refused O_DIRECT")
-       << "; buffers in RAM=" << pn->buffer_bytes() / 1048576.0 << "MiB)";
+    os << "; parameters on NVMe=" << state_->param_nvme_bytes() / 1048576.0 << "MiB (" << nvme_file_report(*pn) << ")";
   return os.str();
 }
 

@@ -104,7 +104,7 @@ NvmeFileEstimate estimate_nvme_file(int64_t n, int arrays, int elem_bytes, int64
   // NvmeStates' slots: buffer_count (at least two), never more than the file's chunks; every one is used.
   const int64_t chunks = round_up(std::max<int64_t>(n, 1), chunk) / chunk;
   const int64_t slots = std::min<int64_t>(std::max(2, buffer_count), chunks);
-  f.buffers = f.resident = static_cast<double>(slots) * arrays * static_cast<double>(chunk) * elem_bytes;
+  f.buffers = static_cast<double>(slots) * arrays * static_cast<double>(chunk) * elem_bytes;
   return f;
 }
 
@@ -184,7 +184,6 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
       const double moments_ram = esize * 2 * e.params / e.world;  // what estimate_model_states counts
       s.nvme_files = mf.file;
       s.nvme_buffers = mf.buffers;
-      s.nvme_resident = mf.resident;
       double params_ram_less = 0;  // compute bytes the parameters' file takes out of RAM
       if (par) {
         // ShardedState: the first group whose piece ends past max_in_cpu and every one after it go to the file.
@@ -197,7 +196,6 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
           s.nvme_params = 4.0 * static_cast<double>(n - off);
           s.nvme_files += pf.file;
           s.nvme_buffers += pf.buffers;
-          s.nvme_resident += pf.resident;
           params_ram_less = std::min(s.nvme_params, 4 * e.params / e.world);
         }
       }
@@ -207,9 +205,9 @@ MemoryEstimate estimate_memory(const Model& m, const EstimateRequest& r) {
       s.buckets = bucket_peak(buckets, plan, stage, r.stage3_prefetch_bucket_size);
       if (r.gpu) {
         s.device = st.device + s.buckets + e.activations;
-        s.host_rank = s.states_host + s.nvme_resident + process_base_bytes();
+        s.host_rank = s.states_host + s.nvme_buffers + process_base_bytes();
       } else {
-        s.host_rank = s.states_host + s.nvme_resident + s.buckets + e.activations + process_base_bytes();
+        s.host_rank = s.states_host + s.nvme_buffers + s.buckets + e.activations + process_base_bytes();
       }
       s.host_node = s.host_rank * r.gpus_per_node;
       e.nvme.push_back(s);
